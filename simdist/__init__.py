@@ -1,0 +1,11 @@
+"""simdist: simulated-distributed, deterministic testing of PyTorch stream and NCCL code on the CPU."""
+from .api import RunResult, run
+from .errors import (CollectiveMismatch, Deadlock, DeterminismError, HazardError, SimulationError,
+                     UnsupportedOperation)
+from .hazards import Access, Hazard
+from .policies import PCT, Choice, Jitter, NoJitter, Policy, Replay, Targeted
+
+__all__ = ["run", "RunResult", "Hazard", "Access", "SimulationError", "UnsupportedOperation", "CollectiveMismatch",
+           "Deadlock", "HazardError", "DeterminismError", "Policy", "Jitter", "NoJitter", "PCT", "Choice", "Replay",
+           "Targeted"]
+__version__ = "0.1.0"

@@ -1,0 +1,191 @@
+"""simdist.run and RunResult: the public entry point."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import DeterminismError, HazardError, SimulationError
+from .hazards import Hazard
+from .patches import Installed
+from .policies import Policy, make_policy
+from .tensor import SimTensor
+from .trace import chrome_trace
+from .world import World
+
+
+def default_nccl_profile():
+    v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return "2.7" if v < (2, 8) else "2.8"
+
+
+@dataclass
+class RunResult:
+    """What one simulated run produced."""
+
+    returns: list
+    hazards: list
+    digest: str
+    trace: dict = field(repr=False)
+    schedule: dict = field(repr=False)
+    seed: int = 0
+    world_size: int = 1
+    policy: str = ""
+    nccl: str = ""
+    end_time_ns: int = 0
+    ops: int = 0
+    replay: str = ""
+
+    def save_trace(self, path):
+        """Write a Perfetto / chrome://tracing JSON: a rank is a process, a stream a thread."""
+        with open(path, "w") as f:
+            json.dump(self.trace, f)
+        return path
+
+    def report(self) -> str:
+        head = (f"simdist run: world_size={self.world_size} seed={self.seed} policy={self.policy} "
+                f"nccl={self.nccl} ops={self.ops} virtual_time={self.end_time_ns / 1e6:.3f} ms "
+                f"digest={self.digest}")
+        if not self.hazards:
+            return head + "\nno hazards"
+        obs = sum(h.observed for h in self.hazards)
+        body = "\n\n".join(str(h) for h in self.hazards)
+        return f"{head}\n{len(self.hazards)} hazard(s), {obs} observed\n\n{body}\n\nreplay: {self.replay}"
+
+    def raise_for_hazards(self):
+        if self.hazards:
+            raise HazardError(self.hazards)
+        return self
+
+    @property
+    def observed(self):
+        return [h for h in self.hazards if h.observed]
+
+
+def _to_host(x):
+    if isinstance(x, SimTensor):
+        return x._inner.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_host(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _to_host(v) for k, v in x.items()}
+    return x
+
+
+def _hash_value(h, x):
+    if isinstance(x, torch.Tensor):
+        t = x.detach().contiguous()
+        h.update(f"T{tuple(t.shape)}{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    elif isinstance(x, (list, tuple)):
+        h.update(b"[")
+        for v in x:
+            _hash_value(h, v)
+        h.update(b"]")
+    elif isinstance(x, dict):
+        h.update(b"{")
+        for k in sorted(x, key=repr):
+            h.update(repr(k).encode())
+            _hash_value(h, x[k])
+        h.update(b"}")
+    else:
+        h.update(repr(x).encode())
+
+
+def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=None, poison="nan",
+        check_determinism=False, device_count=None, avoid_record_streams=None, set_device=True) -> RunResult:
+    """Run `fn(*args, **kwargs)` once per rank in a simulated world of `world_size` GPUs.
+
+    Inside `fn`, torch.cuda and torch.distributed (NCCL semantics) behave as
+    under torchrun with one GPU per rank. Returns a RunResult; tensors in the
+    returned values are copied to the CPU.
+
+    policy: None (seeded jitter), "none", "pct", a list of delays (choice),
+    or a simdist.policies.Policy. nccl: "2.7" or "2.8" (default: installed torch).
+    poison: fill of fresh device memory, "nan" (0xFF bytes), "zero" or a byte.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if check_determinism:
+        a = _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
+                      avoid_record_streams, set_device)
+        b = _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
+                      avoid_record_streams, set_device)
+        if a.digest != b.digest:
+            raise DeterminismError(f"two runs of seed {seed} differ: {a.digest} != {b.digest}. The program "
+                                   "depends on something outside the simulation (wall clock, id(), global "
+                                   "state kept across runs, unseeded randomness).")
+        return a
+    return _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
+                     avoid_record_streams, set_device)
+
+
+def _fresh_policy(policy, seed):
+    p = make_policy(policy, seed)
+    return p
+
+
+def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count, avoid_record_streams,
+              set_device):
+    import os
+    kwargs = kwargs or {}
+    nccl = str(nccl) if nccl is not None else default_nccl_profile()
+    if nccl.startswith("2.") and nccl not in ("2.7", "2.8"):
+        nccl = "2.7" if tuple(map(int, nccl.split(".")[:2])) < (2, 8) else "2.8"
+    if nccl not in ("2.7", "2.8"):
+        raise ValueError(f"nccl profile must be '2.7' or '2.8' (or a torch version), got {nccl!r}")
+    if avoid_record_streams is None:
+        avoid_record_streams = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "0") == "1"
+    pol = _fresh_policy(policy, seed)
+    world = World(world_size, seed, pol, nccl, poison, device_count, avoid_record_streams)
+    pol.bind(world)
+    for rs in world.ranks:
+        rs.env = {"RANK": str(rs.rank), "LOCAL_RANK": str(rs.rank), "WORLD_SIZE": str(world_size),
+                  "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": "29500"}
+        if set_device:
+            rs.current_device = rs.rank % world.device_count
+
+    def body(rank):
+        return fn(*args, **kwargs)
+
+    with Installed():
+        try:
+            world.run_ranks(body)
+        finally:
+            for rs in world.ranks:
+                if rs.thread is not None:
+                    rs.thread.join(timeout=60)
+    try:
+        if world.fatal is not None:
+            err = world.fatal
+            for rs in world.ranks:
+                if rs.error is err and not isinstance(err, SimulationError):
+                    note = f"(raised inside simulated rank {rs.rank} of {world_size})"
+                    if hasattr(err, "add_note"):
+                        err.add_note(note)
+            raise err
+        if world.dist is not None:
+            world.dist.check_finished()
+        world.shadow.finish()
+        returns = [_to_host(rs.returned) for rs in world.ranks]
+    finally:
+        for rs in world.ranks:
+            for d in rs.devices.values():
+                d.memory.closed = True
+    h = world.hasher
+    for op in world.ops_log:
+        h.update(f"{op.stream.dev.rank}|{op.stream.name}|{op.name}|{op.start}|{op.end};".encode())
+    _hash_value(h, returns)
+    hazards = list(world.shadow.order)
+    for hz in hazards:
+        h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
+    digest = h.hexdigest()
+    replay = f"simdist replay --seed {seed} --world-size {world_size} --policy {shlex.quote(pol.describe())}"
+    return RunResult(returns=returns, hazards=hazards, digest=digest, trace=chrome_trace(world, hazards),
+                     schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
+                     nccl=nccl, end_time_ns=max((o.end for o in world.ops_log), default=0), ops=len(world.ops_log),
+                     replay=replay)

@@ -1,0 +1,393 @@
+"""torch.cuda as seen from inside a simulated rank: streams, events, devices, memory stats.
+
+Rules (CUDA programming guide, "Streams" and "Events"; torch/cuda/streams.py):
+- work on one stream runs in launch order;
+- `event.record(s)` captures the work queued on `s` so far; `s2.wait_event(e)`
+  makes later work on `s2` wait for it, without blocking the host;
+  waiting on a never-recorded event is a no-op;
+- `s2.wait_stream(s1)` == record an event on s1 and wait for it on s2;
+- `synchronize()` / `event.synchronize()` / `stream.synchronize()` block the
+  host until the work completes; `query()` asks without blocking.
+"""
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import torch
+
+from . import cost
+from .errors import SimulationError
+from . import world as _world
+
+_orig_Event = None
+
+
+def _rank():
+    rs = _world.current_rank()
+    if rs is None:
+        raise SimulationError("torch.cuda was used outside a simulated rank")
+    return rs
+
+
+class CudaStreamAPI:
+    """The torch.cuda.Stream methods, mixed into simdist.world.Stream."""
+
+    __slots__ = ()
+
+    @property
+    def device(self):
+        return self.dev.torch_device
+
+    @property
+    def device_index(self):
+        return self.dev.index
+
+    @property
+    def device_type(self):
+        return 1  # DeviceType.CUDA
+
+    @property
+    def cuda_stream(self):
+        return self.id
+
+    @property
+    def stream_id(self):
+        return self.id
+
+    def wait_event(self, event):
+        event.wait(self)
+
+    def wait_stream(self, stream):
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        rs = _rank()
+        t = self.tail
+        if t is None:
+            return True
+        if t.end is not None and t.end <= rs.host.clock:
+            rs.host.join_op(_full(t))
+            return True
+        return False
+
+    def synchronize(self):
+        rs = _rank()
+        rs.wait_op(self.record_marker(rs.host), "Stream.synchronize()")
+
+    def __eq__(self, other):
+        return isinstance(other, CudaStreamAPI) and other.id == self.id
+
+    def __hash__(self):
+        return hash(("simdist-stream", self.id))
+
+    def __enter__(self):
+        rs = _rank()
+        prev = rs.current_streams.get(self.dev.index)
+        rs._stream_ctx = getattr(rs, "_stream_ctx", [])
+        rs._stream_ctx.append((self.dev.index, prev, rs.current_device))
+        rs.current_streams[self.dev.index] = self
+        rs.current_device = self.dev.index
+
+    def __exit__(self, *exc):
+        rs = _rank()
+        idx, prev, dev = rs._stream_ctx.pop()
+        if prev is None:
+            rs.current_streams.pop(idx, None)
+        else:
+            rs.current_streams[idx] = prev
+        rs.current_device = dev
+        return False
+
+
+def _full(op):
+    """A marker carries its clock; a kernel's is derived."""
+    if op.vc_full is None:
+        from .clocks import full_clock
+        op.vc_full = full_clock(op)
+    return op
+
+
+class Event:
+    """torch.cuda.Event in a simulated rank; times are virtual."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False, external=False):
+        self.enable_timing = enable_timing
+        self.blocking = blocking
+        self.marker = None
+        self.stream = None
+
+    def record(self, stream=None):
+        rs = _rank()
+        if stream is None:
+            stream = rs.current_stream()
+        self.stream = stream
+        self.marker = stream.record_marker(rs.host)
+
+    def wait(self, stream=None):
+        rs = _rank()
+        if stream is None:
+            stream = rs.current_stream()
+        if self.marker is not None:
+            stream.wait_marker(rs.host, self.marker)
+
+    def query(self):
+        rs = _rank()
+        m = self.marker
+        if m is None:
+            return True
+        if m.end is not None and m.end <= rs.host.clock:
+            rs.host.join_op(m)
+            return True
+        return False
+
+    def synchronize(self):
+        rs = _rank()
+        if self.marker is not None:
+            rs.wait_op(self.marker, "Event.synchronize()")
+
+    def elapsed_time(self, end_event):
+        a, b = self.marker, end_event.marker
+        if a is None or b is None:
+            raise RuntimeError("CUDA error: device not ready (both events must be recorded)")
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        rs = _rank()
+        if a.end is None or b.end is None or max(a.end, b.end) > rs.host.clock:
+            raise RuntimeError("CUDA error: device not ready")
+        return (b.end - a.end) / 1e6
+
+    @property
+    def cuda_event(self):
+        return id(self)
+
+    def __repr__(self):
+        return f"<torch.cuda.Event {'recorded' if self.marker is not None else 'uninitialized'} [simdist]>"
+
+
+def record_stream(t, stream):
+    """Tensor.record_stream: the block's reuse waits for work queued on `stream` at free time."""
+    alloc = t._alloc
+    if stream is alloc.stream:
+        return
+    if alloc.uses is None:
+        alloc.uses = [stream]
+    elif stream not in alloc.uses:
+        alloc.uses.append(stream)
+
+
+# --- module-level functions ---------------------------------------------------------
+def is_available():
+    return True
+
+
+def device_count():
+    return _rank().world.device_count
+
+
+def current_device():
+    return _rank().current_device
+
+
+def set_device(device):
+    rs = _rank()
+    idx = _world.device_index(device, rs)
+    if idx >= 0:
+        rs.device(idx)
+        rs.current_device = idx
+
+
+class device:
+    """torch.cuda.device(idx): a context manager that switches the current device."""
+
+    def __init__(self, device):
+        rs = _rank()
+        self.idx = _world.device_index(device, rs) if device is not None else -1
+        self.prev = None
+
+    def __enter__(self):
+        rs = _rank()
+        self.prev = rs.current_device
+        if self.idx >= 0:
+            rs.device(self.idx)
+            rs.current_device = self.idx
+
+    def __exit__(self, *exc):
+        _rank().current_device = self.prev
+        return False
+
+
+class device_of(device):
+    def __init__(self, obj):
+        super().__init__(obj.device.index if getattr(obj, "is_cuda", False) else -1)
+
+
+def current_stream(device=None):
+    rs = _rank()
+    return rs.current_stream(_world.device_index(device, rs))
+
+
+def default_stream(device=None):
+    rs = _rank()
+    return rs.device(_world.device_index(device, rs)).default_stream
+
+
+def set_stream(stream):
+    if stream is None:
+        return
+    rs = _rank()
+    rs.current_streams[stream.dev.index] = stream
+
+
+class StreamContext:
+    """torch.cuda.stream(s): make `s` current (and its device) inside the block."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        s = self.stream
+        if s is None:
+            return None
+        s.__enter__()
+        return s
+
+    def __exit__(self, *exc):
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+        return False
+
+
+def stream(stream):
+    return StreamContext(stream)
+
+
+def synchronize(device=None):
+    rs = _rank()
+    dev = rs.device(_world.device_index(device, rs))
+    markers = [s.record_marker(rs.host) for s in rs.world.streams if s.dev is dev and s.tail is not None]
+    for m in markers:
+        rs.wait_op(m, "torch.cuda.synchronize()")
+
+
+def _sleep(cycles):
+    from .dispatch import launch
+    rs = _rank()
+    launch(rs, rs.current_stream(), "_sleep", "sleep", None, (), (), 0, dur=cost.sleep_ns(int(cycles)))
+
+
+def empty_cache():
+    rs = _rank()
+    for d in rs.devices.values():
+        d.memory.empty_cache()
+
+
+def _mem(device):
+    rs = _rank()
+    return rs.device(_world.device_index(device, rs)).memory
+
+
+def memory_allocated(device=None):
+    return _mem(device).allocated_bytes
+
+
+def max_memory_allocated(device=None):
+    return _mem(device).peak_bytes
+
+
+def memory_reserved(device=None):
+    return _mem(device).reserved_bytes
+
+
+def max_memory_reserved(device=None):
+    return _mem(device).reserved_bytes
+
+
+def reset_peak_memory_stats(device=None):
+    m = _mem(device)
+    m.peak_bytes = m.allocated_bytes
+
+
+TOTAL_MEMORY = 141 * (1 << 30)
+
+
+def mem_get_info(device=None):
+    m = _mem(device)
+    return (TOTAL_MEMORY - m.reserved_bytes, TOTAL_MEMORY)
+
+
+def get_device_properties(device=None):
+    return SimpleNamespace(name="NVIDIA H200 (simdist)", major=9, minor=0, total_memory=TOTAL_MEMORY,
+                           multi_processor_count=132, is_integrated=False, is_multi_gpu_board=False,
+                           L2_cache_size=60 * (1 << 20), gcnArchName="", uuid="simdist")
+
+
+def get_device_name(device=None):
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None):
+    return (9, 0)
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+def manual_seed(seed):
+    rs = _world.current_rank()
+    if rs is None:
+        return
+    rs.device().generator.manual_seed(int(seed))
+
+
+def manual_seed_all(seed):
+    rs = _world.current_rank()
+    if rs is None:
+        return
+    for i in range(rs.world.device_count):
+        rs.device(i).generator.manual_seed(int(seed))
+
+
+def _noop(*a, **k):
+    return None
+
+
+def _true(*a, **k):
+    return True
+
+
+@contextlib.contextmanager
+def _nvtx_range(*a, **k):
+    yield
+
+
+nvtx = SimpleNamespace(range_push=lambda *a, **k: 0, range_pop=lambda *a, **k: 0, mark=_noop, range=_nvtx_range)
+
+
+def cuda_patches():
+    """(owner, attribute, replacement) for everything torch.cuda exposes that simdist fakes."""
+    c = torch.cuda
+    Stream = _world.Stream
+    items = dict(
+        is_available=is_available, device_count=device_count, current_device=current_device,
+        set_device=set_device, device=device, device_of=device_of, Stream=Stream, Event=Event,
+        current_stream=current_stream, default_stream=default_stream, set_stream=set_stream, stream=stream,
+        StreamContext=StreamContext, synchronize=synchronize, _sleep=_sleep, empty_cache=empty_cache,
+        memory_allocated=memory_allocated, max_memory_allocated=max_memory_allocated,
+        memory_reserved=memory_reserved, max_memory_reserved=max_memory_reserved,
+        reset_peak_memory_stats=reset_peak_memory_stats, mem_get_info=mem_get_info,
+        get_device_properties=get_device_properties, get_device_name=get_device_name,
+        get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
+        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=_noop, init=_noop,
+        is_initialized=_true, ipc_collect=_noop,
+    )
+    out = [(c, k, v) for k, v in items.items()]
+    out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]
+    return out

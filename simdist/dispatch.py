@@ -1,0 +1,712 @@
+"""The per-op front door: every aten op on a simulated tensor lands here.
+
+For each op: classify it once (view / in-place / functional / host-reading),
+find where its outputs live (a meta-tensor shape inference, cached per
+signature), allocate them from the simulated caching allocator, record the
+accesses for happens-before, and queue the real CPU computation to run at the
+op's virtual end time. Views run at once (they touch no bytes).
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import cost
+from .errors import SimulationError, UnsupportedOperation
+from .tensor import HostProxy, SimTensor
+from .timeline import LAUNCH_NS, Op, capture_frames
+from .world import current_rank
+
+aten = torch.ops.aten
+_TensorType = torch._C.TensorType
+DRAIN_EVERY = 512
+
+VIEW, INPLACE, FUNCTIONAL, SCALAR = "view", "inplace", "functional", "scalar"
+
+
+class OpInfo:
+    __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
+                 "special", "random")
+
+    def __init__(self):
+        self.special = None
+        self.out_variant = None
+
+
+_INFO: dict = {}
+_SPECIAL: dict = {}
+_SPEC_CACHE: dict = {}
+
+
+def _is_tensorish(t):
+    if isinstance(t, _TensorType):
+        return True
+    el = getattr(t, "getElementType", None)
+    if el is not None:
+        return _is_tensorish(el())
+    return False
+
+
+def _classify(func):
+    info = OpInfo()
+    schema = func._schema
+    info.name = func.__name__ if hasattr(func, "__name__") else str(func)
+    info.name = str(func).replace("aten.", "").replace(".default", "")
+    args = schema.arguments
+    info.mutable_pos = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    info.mutable_names = tuple(args[i].name for i in info.mutable_pos)
+    info.has_generator = any(a.name == "generator" for a in args)
+    info.random = info.has_generator or schema.name in ("aten::native_dropout", "aten::rrelu_with_noise")
+    rets = schema.returns
+    ret_alias = []
+    for r in rets:
+        ai = r.alias_info
+        if ai is None:
+            ret_alias.append(None)
+            continue
+        sets = set(ai.before_set)
+        pos = next((i for i in info.mutable_pos if set(args[i].alias_info.before_set) & sets), None)
+        ret_alias.append(pos)
+    info.ret_alias = tuple(ret_alias)
+    if info.mutable_pos:
+        info.kind = INPLACE
+    elif any(r.alias_info is not None for r in rets) or schema.name == "aten::_unsafe_view":
+        info.kind = VIEW
+    elif rets and all(_is_tensorish(r.type) for r in rets):
+        info.kind = FUNCTIONAL
+        info.out_variant = _find_out_variant(func)
+    else:
+        info.kind = SCALAR
+    info.special = _SPECIAL.get(func)
+    return info
+
+
+def _find_out_variant(func):
+    """The `.out` overload taking exactly the functional's arguments plus `out` (single output only)."""
+    schema = func._schema
+    if len(schema.returns) != 1:
+        return None
+    names = [a.name for a in schema.arguments]
+    packet = func._overloadpacket
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        s = ov._schema
+        outs = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if len(outs) != 1 or outs[0].name != "out":
+            continue
+        if [a.name for a in s.arguments if a.name != "out"] == names:
+            return ov
+    return None
+
+
+def op_info(func):
+    i = _INFO.get(func)
+    if i is None:
+        i = _INFO[func] = _classify(func)
+    return i
+
+
+def special(*funcs):
+    def deco(fn):
+        for f in funcs:
+            _SPECIAL[f] = fn
+        return fn
+    return deco
+
+
+# --- unwrapping ----------------------------------------------------------------
+def _device_error(a, b):
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                        f"{a} and {b}!")
+
+
+class _Unwrapped:
+    __slots__ = ("args", "kwargs", "sims", "key", "dev", "cpu_tensors")
+
+
+def _unwrap(rs, args, kwargs, want_key):
+    u = _Unwrapped()
+    sims = []
+    key = [] if want_key else None
+    cpu = False
+
+    def conv(a):
+        nonlocal cpu
+        t = type(a)
+        if t is SimTensor:
+            sims.append(a)
+            if key is not None:
+                key.append((a.shape, a.stride(), a.dtype))
+            return a._inner
+        if t is HostProxy:
+            s = a._sim
+            sims.append(s)
+            if key is not None:
+                key.append((s.shape, s.stride(), s.dtype))
+            return s._inner
+        if t is list or t is tuple:
+            if a and any(isinstance(x, torch.Tensor) for x in a):
+                if key is not None:
+                    key.append(len(a))
+                return t(conv(x) for x in a)
+            if key is not None:
+                key.append(tuple(a))
+            return a
+        if isinstance(a, torch.Tensor):
+            cpu = True
+            if key is not None:
+                key.append(("cpu", a.shape, a.dtype))
+            return a
+        if key is not None:
+            key.append(a)
+        return a
+
+    u.args = tuple(conv(a) for a in args)
+    if kwargs:
+        u.kwargs = {k: conv(v) for k, v in kwargs.items()}
+        if key is not None:
+            key.append(tuple(kwargs))
+    else:
+        u.kwargs = {}
+    u.sims = sims
+    u.key = key
+    u.cpu_tensors = cpu
+    dev = sims[0]._dev if sims else None
+    for s in sims:
+        if s._dev is not dev:
+            if s._dev.rank != dev.rank:
+                raise SimulationError(f"a tensor of rank {s._dev.rank} was used by rank {dev.rank}: "
+                                      "ranks are separate processes and share no memory")
+            raise _device_error(dev.torch_device, s._dev.torch_device)
+    if dev is not None and rs is not None and dev.rank != rs.rank:
+        raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {dev.rank}'s device: "
+                              "ranks are separate processes and share no memory")
+    if cpu and dev is not None:
+        for a in list(args) + list(kwargs.values()):
+            _check_cpu_arg(a, dev)
+    u.dev = dev
+    return u
+
+
+def _check_cpu_arg(a, dev):
+    if isinstance(a, (list, tuple)):
+        for x in a:
+            _check_cpu_arg(x, dev)
+    elif isinstance(a, torch.Tensor) and type(a) not in (SimTensor, HostProxy) and a.dim() != 0:
+        raise _device_error(dev.torch_device, a.device)
+
+
+# --- output placement ------------------------------------------------------------
+def _to_meta(a):
+    t = type(a)
+    if t is SimTensor or t is HostProxy:
+        s = a if t is SimTensor else a._sim
+        return torch.empty_strided(s.shape, s.stride(), dtype=s.dtype, device="meta")
+    if t is list or t is tuple:
+        return t(_to_meta(x) for x in a)
+    if isinstance(a, torch.Tensor) and a.dim() == 0:
+        return a
+    if isinstance(a, torch.Tensor):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+    if isinstance(a, torch.Generator):
+        return None
+    return a
+
+
+def _spec_of(r):
+    if r is None:
+        return None
+    return (tuple(r.shape), tuple(r.stride()), r.dtype)
+
+
+def _out_specs(func, args, kwargs, key):
+    """[(shape, stride, dtype) | None, ...] and whether the op returns a sequence."""
+    ck = None
+    if key is not None:
+        ck = (func, tuple(key))
+        try:
+            hit = _SPEC_CACHE.get(ck)
+        except TypeError:
+            ck = None
+            hit = None
+        if hit is not None:
+            return hit
+    margs = tuple(_to_meta(a) for a in args)
+    mkw = {k: _to_meta(v) for k, v in kwargs.items() if k != "generator"}
+    if "device" in mkw and mkw["device"] is not None:
+        mkw["device"] = "meta"
+    res = func(*margs, **mkw)
+    if isinstance(res, (tuple, list)):
+        out = ([_spec_of(r) for r in res], True)
+    else:
+        out = ([_spec_of(res)], False)
+    if ck is not None:
+        _SPEC_CACHE[ck] = out
+    return out
+
+
+def _extent_bytes(shape, stride, dtype):
+    n = 1
+    for s in shape:
+        if s == 0:
+            return 0
+    ext = 1
+    for s, st in zip(shape, stride):
+        ext += (s - 1) * st
+    return ext * dtype.itemsize if n else 0
+
+
+def allocate(dev, stream, shape, stride, dtype):
+    mem = dev.memory
+    alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
+    inner = mem.view(alloc, shape, stride, dtype)
+    return SimTensor(inner, dev, alloc)
+
+
+def allocate_like_contiguous(dev, stream, shape, dtype):
+    stride = torch._prims_common.make_contiguous_strides_for(shape) if len(shape) else ()
+    return allocate(dev, stream, tuple(shape), tuple(stride), dtype)
+
+
+# --- launching -------------------------------------------------------------------
+def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None):
+    """Queue device work on `stream` and check its accesses. reads/writes: SimTensors."""
+    world = rs.world
+    host = rs.host
+    if stream.host_ver != host.ver:
+        stream.sync_host(host)
+    op = Op(stream, name, kind, host.clock, fn)
+    stream.seq += 1
+    op.seq = stream.seq
+    op.vc = stream.vc
+    op.frames = capture_frames()
+    if dur is None:
+        base = cost.kernel_ns(nbytes, flops)
+        dur = world.policy.kernel((rs.rank, stream.name, op.seq), base)
+    op.dur = dur
+    world.schedule_log[(rs.rank, stream.name, op.seq)] = dur
+    world.schedule(op, (stream.tail,))
+    stream.tail = op
+    host.clock += LAUNCH_NS
+    shadow = world.shadow
+    for t in writes:
+        shadow.access(op, t._inner, t._alloc, True)
+    for t in reads:
+        if not _in(t, writes):
+            shadow.access(op, t._inner, t._alloc, False)
+    world.launches += 1
+    if world.launches % DRAIN_EVERY == 0:
+        world.drain_safe()
+    return op
+
+
+def _in(t, seq):
+    for x in seq:
+        if x is t:
+            return True
+    return False
+
+
+def _nbytes(ts):
+    n = 0
+    for t in ts:
+        n += t.numel() * t.element_size()
+    return n
+
+
+def _flops(info_name, sims, outs):
+    if info_name in ("mm", "bmm", "addmm", "matmul", "linear", "baddbmm") and sims:
+        k = sims[0].shape[-1] if sims[0].dim() else 1
+        return 2 * sum(o.numel() for o in outs) * k
+    return 0
+
+
+# --- the dispatch mode -------------------------------------------------------------
+class RankMode(TorchDispatchMode):
+    """Active in each rank thread: routes ops on simulated tensors and cuda factories."""
+
+    def __init__(self, rs):
+        super().__init__()
+        self.rs = rs
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for t in types:
+            if t is not SimTensor and t is not HostProxy:
+                return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
+        if not types:
+            dev = kwargs.get("device")
+            if dev is None:
+                return func(*args, **kwargs)
+            if not isinstance(dev, torch.device):
+                dev = torch.device(dev)
+            if dev.type != "cuda":
+                return func(*args, **kwargs)
+            sp = _SPECIAL.get(func)
+            if sp is not None:
+                return sp(self.rs, func, args, kwargs)
+            return factory(self.rs, func, args, kwargs, dev)
+        return dispatch(self.rs, func, args, kwargs)
+
+
+def dispatch_outside(func, types, args, kwargs):
+    """An op on a simulated tensor outside any rank thread: only reading results is allowed."""
+    rs = current_rank()
+    if rs is not None:
+        return dispatch(rs, func, args, kwargs)
+    info = op_info(func)
+    if info.kind == VIEW or func in (aten._to_copy.default, aten._local_scalar_dense.default, aten.clone.default):
+        u = _unwrap(None, args, kwargs, False)
+        if func is aten._to_copy.default:
+            u.kwargs["device"] = torch.device("cpu")
+        res = func(*u.args, **u.kwargs)
+        if info.kind == VIEW:
+            src = u.sims[0]
+            return SimTensor(res, src._dev, src._alloc)
+        return res.clone() if isinstance(res, torch.Tensor) else res
+    raise SimulationError(f"{func} on a simulated CUDA tensor outside simdist.run(): "
+                          "tensors returned by a run are converted to CPU tensors; keep using those")
+
+
+def dispatch(rs, func, args, kwargs):
+    info = _INFO.get(func)
+    if info is None:
+        info = op_info(func)
+    if info.special is not None:
+        return info.special(rs, func, args, kwargs)
+    kind = info.kind
+    if kind is VIEW:
+        return _view(rs, func, info, args, kwargs)
+    if kind is INPLACE:
+        return _inplace(rs, func, info, args, kwargs)
+    if kind is FUNCTIONAL:
+        return _functional(rs, func, info, args, kwargs)
+    return _host_read(rs, func, info, args, kwargs)
+
+
+def _view(rs, func, info, args, kwargs):
+    u = _unwrap(rs, args, kwargs, False)
+    res = func(*u.args, **u.kwargs)
+    src = u.sims[0]
+    dev, alloc = src._dev, src._alloc
+    if isinstance(res, torch.Tensor):
+        return SimTensor(res, dev, alloc)
+    return type(res)(SimTensor(r, dev, alloc) for r in res)
+
+
+def _with_generator(info, u, dev):
+    if info.has_generator and u.kwargs.get("generator") is None:
+        u.kwargs["generator"] = dev.generator
+
+
+def _run_random(info, dev, call):
+    """Ops that draw from the default generator without a generator argument."""
+    if info.random and not info.has_generator:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=dev.generator)))
+            return call()
+    return call()
+
+
+def _inplace(rs, func, info, args, kwargs):
+    u = _unwrap(rs, args, kwargs, False)
+    dev = u.dev
+    if dev is None:
+        return func(*args, **kwargs)
+    writes = []
+    for pos, name in zip(info.mutable_pos, info.mutable_names):
+        a = args[pos] if pos < len(args) else kwargs.get(name)
+        if a is None:
+            continue
+        if isinstance(a, (list, tuple)):
+            writes.extend(_sim_of(x) for x in a)
+        else:
+            writes.append(_sim_of(a))
+    for w in writes:
+        if type(w) is not SimTensor:
+            raise _device_error(dev.torch_device, w.device)
+    _with_generator(info, u, dev)
+    fa, fk = u.args, u.kwargs
+    stream = rs.current_stream(dev.index)
+
+    def fn():
+        _run_random(info, dev, lambda: func(*fa, **fk))
+
+    nbytes = _nbytes(u.sims)
+    launch(rs, stream, info.name, "kernel", fn, u.sims, writes, nbytes)
+    # return what the schema says is returned: the mutated arguments themselves
+    outs = []
+    for pos in info.ret_alias:
+        if pos is None:
+            continue
+        a = args[pos] if pos < len(args) else kwargs.get(info.mutable_names[info.mutable_pos.index(pos)])
+        outs.append(_sim_or_self(a))
+    if not info.ret_alias:
+        return None
+    if len(func._schema.returns) == 1:
+        return outs[0] if outs else None
+    return tuple(outs)
+
+
+def _sim_of(a):
+    return a._sim if type(a) is HostProxy else a
+
+
+def _sim_or_self(a):
+    if type(a) is HostProxy:
+        return a  # keep the proxy for the Python binding that asked
+    return a
+
+
+def _functional(rs, func, info, args, kwargs):
+    u = _unwrap(rs, args, kwargs, True)
+    dev = u.dev
+    if dev is None:
+        return func(*args, **kwargs)
+    try:
+        specs, is_seq = _out_specs(func, args, kwargs, u.key)
+    except Exception:  # noqa: BLE001 - data-dependent shape or no meta kernel: compute it synchronously
+        return _sync_compute(rs, func, info, u)
+    stream = rs.current_stream(dev.index)
+    outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
+    _with_generator(info, u, dev)
+    fa, fk = u.args, u.kwargs
+    ov = info.out_variant
+    if ov is not None and not is_seq and outs[0] is not None and not info.random:
+        oi = outs[0]._inner
+
+        def fn():
+            ov(*fa, **fk, out=oi)
+    else:
+        inners = [o._inner if o is not None else None for o in outs]
+
+        def fn():
+            res = _run_random(info, dev, lambda: func(*fa, **fk))
+            if not is_seq:
+                res = (res,)
+            for o, r in zip(inners, res):
+                if o is not None:
+                    o.copy_(r)
+
+    real_outs = [o for o in outs if o is not None]
+    nbytes = _nbytes(u.sims) + _nbytes(real_outs)
+    launch(rs, stream, info.name, "kernel", fn, u.sims, real_outs, nbytes, _flops(info.name, u.sims, real_outs))
+    if is_seq:
+        return tuple(outs) if isinstance(specs, list) else outs
+    return outs[0]
+
+
+def _sync_compute(rs, func, info, u):
+    """Ops whose output size depends on the data (nonzero, masked_select, unique...).
+
+    On a GPU these synchronize the host with the current stream, so here the
+    host waits for the op, then places the result in fresh device memory.
+    """
+    dev = u.dev
+    stream = rs.current_stream(dev.index)
+    holder = []
+    fa, fk = u.args, u.kwargs
+    _with_generator(info, u, dev)
+    op = launch(rs, stream, info.name, "kernel", lambda: holder.append(func(*fa, **fk)), u.sims, [],
+                _nbytes(u.sims))
+    rs.wait_op(op, f"{info.name} (data-dependent output size)")
+    res = holder[0]
+    seq = isinstance(res, (tuple, list))
+    outs = []
+    for r in (res if seq else (res,)):
+        if r is None:
+            outs.append(None)
+            continue
+        o = allocate_like_contiguous(dev, stream, r.shape, r.dtype)
+        o._inner.copy_(r)
+        rs.world.shadow.access(op, o._inner, o._alloc, True)
+        outs.append(o)
+    return tuple(outs) if seq else outs[0]
+
+
+def _host_read(rs, func, info, args, kwargs):
+    """Ops that return Python values (equal, is_nonzero...): the host waits for the result."""
+    u = _unwrap(rs, args, kwargs, False)
+    dev = u.dev
+    if dev is None:
+        return func(*args, **kwargs)
+    holder = []
+    fa, fk = u.args, u.kwargs
+    stream = rs.current_stream(dev.index)
+    op = launch(rs, stream, info.name, "d2h", lambda: holder.append(func(*fa, **fk)), u.sims, [],
+                _nbytes(u.sims))
+    rs.wait_op(op, info.name)
+    return holder[0]
+
+
+# --- factories ---------------------------------------------------------------------
+_EMPTY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty.names if hasattr(aten.empty, "names")
+          else aten.empty.memory_format}
+
+
+def _factory_device(rs, dev):
+    idx = dev.index if dev.index is not None else rs.current_device
+    return rs.device(idx)
+
+
+def factory(rs, func, args, kwargs, tdev):
+    dev = _factory_device(rs, tdev)
+    mkw = dict(kwargs)
+    mkw["device"] = "meta"
+    mkw.pop("pin_memory", None)
+    mkw.pop("generator", None)
+    try:
+        res = func(*args, **mkw)
+    except Exception as e:  # noqa: BLE001
+        raise UnsupportedOperation(f"simdist cannot create {func} on a simulated device: {e}") from e
+    stream = rs.current_stream(dev.index)
+    out = allocate(dev, stream, tuple(res.shape), tuple(res.stride()), res.dtype)
+    if func in _EMPTY:
+        return out
+    info = op_info(func)
+    ckw = dict(kwargs)
+    ckw["device"] = "cpu"
+    ckw.pop("pin_memory", None)
+    if info.has_generator and ckw.get("generator") is None:
+        ckw["generator"] = dev.generator
+    oi = out._inner
+
+    def fn():
+        oi.copy_(_run_random(info, dev, lambda: func(*args, **ckw)))
+
+    launch(rs, stream, info.name, "kernel", fn, (), (out,), _nbytes((out,)))
+    return out
+
+
+# --- special ops -------------------------------------------------------------------
+@special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
+def _empty_like(rs, func, args, kwargs):
+    u = _unwrap(rs, args, kwargs, False)
+    dev = u.dev
+    tdev = kwargs.get("device")
+    if tdev is not None:
+        tdev = torch.device(tdev)
+        if tdev.type != "cuda":
+            mk = dict(kwargs)
+            return func(*[HostProxy(a) if False else a for a in args], **mk) if dev is None else \
+                torch.empty(args[0].shape if func is aten.empty_like.default else args[1],
+                            dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
+        dev = _factory_device(rs, tdev)
+    margs = tuple(_to_meta(a) for a in args)
+    mk = {k: _to_meta(v) for k, v in kwargs.items()}
+    mk["device"] = "meta"
+    mk.pop("pin_memory", None)
+    res = func(*margs, **mk)
+    return allocate(dev, rs.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
+
+
+@special(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+def _lift(rs, func, args, kwargs):
+    return args[0]
+
+
+@special(aten._to_copy.default)
+def _to_copy(rs, func, args, kwargs):
+    src = args[0]
+    tdev = kwargs.get("device")
+    tdev = torch.device(tdev) if tdev is not None else None
+    dtype = kwargs.get("dtype") or src.dtype
+    src_sim = type(src) in (SimTensor, HostProxy)
+    if src_sim:
+        src = _sim_of(src)
+        if src._dev.rank != rs.rank:
+            raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {src._dev.rank}")
+    if src_sim and (tdev is None or tdev.type == "cuda"):
+        dst_dev = src._dev if tdev is None or tdev.index is None or tdev.index == src._dev.index \
+            else rs.device(tdev.index)
+        ck = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
+        ck["dtype"] = dtype
+        meta = aten._to_copy.default(_to_meta(src), **ck)
+        stream = rs.current_stream(dst_dev.index)
+        out = allocate(dst_dev, stream, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
+        si, oi = src._inner, out._inner
+        launch(rs, rs.current_stream(src._dev.index) if dst_dev is src._dev else stream, "_to_copy", "kernel",
+               lambda: oi.copy_(si), (src,), (out,), _nbytes((src, out)))
+        return out
+    if src_sim:  # device -> host: the host waits for the copy on the current stream
+        holder = []
+        si = src._inner
+        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h", "d2h",
+                    lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
+        rs.wait_op(op, "device-to-host copy")
+        res = holder[0]
+        mf = kwargs.get("memory_format")
+        if mf is not None and mf != torch.preserve_format:
+            res = res.contiguous(memory_format=mf)
+        return res
+    # host -> device: pageable memory is staged at launch, so snapshot now
+    dev = _factory_device(rs, tdev)
+    snap = src.to(dtype=dtype).clone()
+    stream = rs.current_stream(dev.index)
+    out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
+    oi = out._inner
+    launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
+    return out
+
+
+@special(aten.copy_.default)
+def _copy_(rs, func, args, kwargs):
+    dst, src = args[0], args[1]
+    dst_sim = type(dst) in (SimTensor, HostProxy)
+    src_sim = type(src) in (SimTensor, HostProxy)
+    if dst_sim and src_sim:
+        d, s = _sim_of(dst), _sim_of(src)
+        for t in (d, s):
+            if t._dev.rank != rs.rank:
+                raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {t._dev.rank}")
+        di, si = d._inner, s._inner
+        launch(rs, rs.current_stream(d._dev.index), "copy_", "kernel", lambda: di.copy_(si), (s,), (d,),
+               _nbytes((d, s)))
+        return dst
+    if dst_sim:  # host -> device into existing memory
+        d = _sim_of(dst)
+        snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
+        di = d._inner
+        launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
+               _nbytes((d,)))
+        return dst
+    # device -> host
+    s = _sim_of(src)
+    holder = []
+    si = s._inner
+    op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
+                (), _nbytes((s,)))
+    rs.wait_op(op, "device-to-host copy")
+    dst.copy_(holder[0])
+    return dst
+
+
+@special(aten._local_scalar_dense.default)
+def _item(rs, func, args, kwargs):
+    s = _sim_of(args[0])
+    holder = []
+    si = s._inner
+    op = launch(rs, rs.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
+                _nbytes((s,)))
+    rs.wait_op(op, ".item()")
+    return holder[0]
+
+
+@special(aten.record_stream.default)
+def _record_stream(rs, func, args, kwargs):
+    from .cuda_api import record_stream
+    record_stream(_sim_of(args[0]), args[1])
+
+
+@special(aten.is_pinned.default)
+def _is_pinned(rs, func, args, kwargs):
+    return False
+
+
+def _unsupported(rs, func, args, kwargs):
+    raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
+
+
+for _f in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
+           aten.resize_.default, aten._pin_memory.default):
+    _SPECIAL[_f] = _unsupported

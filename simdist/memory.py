@@ -1,0 +1,240 @@
+"""Backing memory and a caching allocator with PyTorch's rules.
+
+Rules mirrored from c10/cuda/CUDACachingAllocator.cpp:
+- sizes round up to 512 bytes; requests <= 1 MiB come from the small pool
+  (2 MiB segments), larger ones from the large pool (20 MiB segments below
+  10 MiB, else rounded up to 2 MiB);
+- blocks belong to the stream they were allocated on; a freed block is
+  reusable at once by later allocations on that stream (stream order makes it
+  safe there) and by no other stream;
+- best fit by (size, address); a block is split when the remainder is at least
+  512 bytes (small pool) or more than 1 MiB (large pool); free neighbours merge;
+- `record_stream(s)` defers the free until the work queued on `s` so far has
+  completed (the allocator records an event and polls it at later mallocs);
+- `empty_cache()` releases whole free segments; fresh memory holds poison.
+"""
+from __future__ import annotations
+
+import bisect
+import torch
+
+MIN_BLOCK = 512
+SMALL_SIZE = 1 << 20
+SMALL_BUFFER = 2 << 20
+LARGE_BUFFER = 20 << 20
+MIN_LARGE_ALLOC = 10 << 20
+ROUND_LARGE = 2 << 20
+
+POISON_BYTES = {"nan": 0xFF, "zero": 0x00}
+
+
+def round_size(n: int) -> int:
+    return MIN_BLOCK if n < MIN_BLOCK else (n + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
+
+
+def segment_size(n: int) -> int:
+    if n <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if n < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return (n + ROUND_LARGE - 1) // ROUND_LARGE * ROUND_LARGE
+
+
+class Segment:
+    """One cudaMalloc: a CPU byte buffer that tensors view."""
+
+    __slots__ = ("id", "data", "size", "stream", "small", "graveyard")
+
+    def __init__(self, sid, size, stream, small, poison_byte):
+        self.id = sid
+        self.size = size
+        self.stream = stream
+        self.small = small
+        self.data = torch.full((size,), poison_byte, dtype=torch.uint8)
+        # shadow records of freed blocks, kept so that a reuse of the bytes can
+        # be checked against accesses still in flight (reuse-after-free)
+        self.graveyard = []
+
+
+class Block:
+    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key")
+
+    def __init__(self, segment, offset, size):
+        self.segment = segment
+        self.offset = offset
+        self.size = size
+        self.allocated = False
+        self.prev = None
+        self.next = None
+        self.pool_key = None
+
+
+class Allocation:
+    """Owner of a live block; every SimTensor viewing it holds a reference.
+
+    When the last tensor dies the block returns to the allocator at the host
+    time of the rank that dropped it, as the caching allocator does.
+    """
+
+    __slots__ = ("allocator", "block", "nbytes", "stream", "uses", "records", "id", "__weakref__")
+
+    def __init__(self, allocator, block, nbytes, stream, aid):
+        self.allocator = allocator
+        self.block = block
+        self.nbytes = nbytes
+        self.stream = stream
+        self.uses = None  # streams from record_stream
+        self.records = []  # shadow access records (simdist.hb)
+        self.id = aid
+
+    def __del__(self):
+        try:
+            self.allocator.free(self)
+        except Exception:  # interpreter shutdown or run already torn down
+            pass
+
+
+class DeviceMemory:
+    """Per-device caching allocator over poison-filled segments."""
+
+    def __init__(self, world, device_index, poison):
+        self.world = world
+        self.device_index = device_index
+        if isinstance(poison, int):
+            self.poison_byte = poison & 0xFF
+        else:
+            try:
+                self.poison_byte = POISON_BYTES[poison]
+            except KeyError:
+                raise ValueError(f"poison must be 'nan', 'zero' or a byte value, got {poison!r}") from None
+        self.segments = []
+        self.pools = {}  # (stream_id, small) -> sorted list of (size, seg_id, offset, block)
+        self.pending_frees = []  # (allocation, [marker ops])
+        self.allocated_bytes = 0
+        self.peak_bytes = 0
+        self.reserved_bytes = 0
+        self.next_alloc_id = 0
+        self.closed = False
+
+    # --- pools -----------------------------------------------------------
+    def _insert(self, block):
+        key = (block.segment.stream.id, block.segment.small)
+        block.pool_key = key
+        bisect.insort(self.pools.setdefault(key, []), (block.size, block.segment.id, block.offset, id(block), block))
+
+    def _remove(self, block):
+        pool = self.pools[block.pool_key]
+        i = bisect.bisect_left(pool, (block.size, block.segment.id, block.offset, id(block)))
+        assert pool[i][4] is block
+        del pool[i]
+        block.pool_key = None
+
+    # --- malloc / free ---------------------------------------------------
+    def malloc(self, nbytes, stream):
+        self._process_pending_frees()
+        size = round_size(max(nbytes, 1))
+        small = size <= SMALL_SIZE
+        pool = self.pools.get((stream.id, small))
+        block = None
+        if pool:
+            i = bisect.bisect_left(pool, (size,))
+            if i < len(pool):
+                block = pool[i][4]
+                self._remove(block)
+        if block is None:
+            seg_bytes = segment_size(size)
+            seg = Segment(len(self.segments), seg_bytes, stream, small, self.poison_byte)
+            self.segments.append(seg)
+            self.reserved_bytes += seg_bytes
+            block = Block(seg, 0, seg_bytes)
+        remaining = block.size - size
+        if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
+            rest = Block(block.segment, block.offset + size, remaining)
+            rest.prev, rest.next = block, block.next
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert(rest)
+        block.allocated = True
+        self.allocated_bytes += block.size
+        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+        self.next_alloc_id += 1
+        alloc = Allocation(self, block, nbytes, stream, self.next_alloc_id)
+        self.world.shadow.on_malloc(alloc)
+        return alloc
+
+    def free(self, alloc):
+        if self.closed or alloc.block is None:
+            return
+        host = self.world.current_host()
+        if alloc.uses:
+            # record_stream: the block waits for the work queued so far on each
+            # recorded stream (an event per stream, polled at later mallocs)
+            markers = [s.record_marker(host) for s in alloc.uses]
+            self.pending_frees.append((alloc, markers))
+            return
+        self._release(alloc)
+
+    def _process_pending_frees(self):
+        if not self.pending_frees:
+            return
+        host = self.world.current_host()
+        keep = []
+        for alloc, markers in self.pending_frees:
+            if all(m.end is not None and m.end <= host.clock for m in markers):
+                # the host observed the events complete: later work is ordered after them
+                for m in markers:
+                    host.join_op(m)
+                self._release(alloc)
+            else:
+                keep.append((alloc, markers))
+        self.pending_frees = keep
+
+    def _release(self, alloc):
+        block = alloc.block
+        alloc.block = None
+        self.world.shadow.on_free(alloc, block)
+        self.allocated_bytes -= block.size
+        block.allocated = False
+        for nb in (block.prev, block.next):
+            if nb is not None and not nb.allocated and nb.pool_key is not None:
+                self._remove(nb)
+                if nb is block.prev:
+                    nb.size += block.size
+                    nb.next = block.next
+                    if block.next is not None:
+                        block.next.prev = nb
+                    block = nb
+                else:
+                    block.size += nb.size
+                    block.next = nb.next
+                    if nb.next is not None:
+                        nb.next.prev = block
+        self._insert(block)
+
+    def empty_cache(self):
+        self._process_pending_frees()
+        for key, pool in list(self.pools.items()):
+            keep = []
+            for entry in pool:
+                b = entry[4]
+                if b.prev is None and b.next is None and b.offset == 0 and b.size == b.segment.size:
+                    self.reserved_bytes -= b.size
+                    b.segment.data = None
+                else:
+                    keep.append(entry)
+            self.pools[key] = keep
+
+    def view(self, alloc, size, stride, dtype, storage_offset_elems=0):
+        """A CPU tensor viewing the allocation's bytes as `dtype`."""
+        block = alloc.block
+        itemsize = dtype.itemsize
+        base = block.segment.data
+        start = block.offset
+        flat = base[start:start + block.size]
+        if itemsize != 1:
+            flat = flat.view(dtype)
+        elif dtype != torch.uint8:
+            flat = flat.view(dtype)
+        return flat.as_strided(size, stride, flat.storage_offset() + storage_offset_elems)

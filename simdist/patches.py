@@ -1,0 +1,203 @@
+"""Installing and removing simdist's patches to torch; always undone, also on error.
+
+Patches are process-global but thread-aware: a patched function called from a
+thread that is not a simulated rank behaves like the original.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import MutableMapping
+
+import torch
+
+from .world import current_rank
+
+_lock = threading.Lock()
+_active = None  # the list of (owner, name, original) while a run is installed
+
+_orig_to = torch.Tensor.to
+_orig_cuda = torch.Tensor.cuda
+_orig_record_stream = torch.Tensor.record_stream
+_orig_tensor = torch.tensor
+_orig_as_tensor = torch.as_tensor
+
+
+def _wants_cuda(device):
+    if device is None:
+        return False
+    if isinstance(device, int):
+        return True
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return getattr(device, "type", None) == "cuda"
+
+
+def _tensor_to(self, *args, **kwargs):
+    if current_rank() is not None:
+        from .tensor import tensor_to, _parse_to
+        device = _parse_to(*args, **kwargs)[0]
+        if device is not None and device.type == "cuda":
+            return tensor_to(self, *args, **kwargs)
+    return _orig_to(self, *args, **kwargs)
+
+
+def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+    if current_rank() is not None:
+        from .tensor import tensor_to
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        return tensor_to(self, dev, non_blocking=non_blocking, memory_format=memory_format)
+    return _orig_cuda(self, device, non_blocking, memory_format)
+
+
+def _record_stream(self, stream):
+    from .tensor import SimTensor
+    if isinstance(self, SimTensor):
+        from .cuda_api import record_stream
+        return record_stream(self, stream)
+    return _orig_record_stream(self, stream)
+
+
+def _default_is_cuda():
+    try:
+        return torch.get_default_device().type == "cuda"
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _factory_from_data(orig):
+    def make(data, *args, device=None, **kwargs):
+        if current_rank() is not None and (_wants_cuda(device) or (device is None and _default_is_cuda()
+                                                                   and not isinstance(data, torch.Tensor))):
+            from .tensor import tensor_to
+            if isinstance(device, int):
+                device = torch.device("cuda", device)
+            cpu = orig(data, *args, device="cpu", **kwargs)
+            return tensor_to(cpu, device or "cuda")
+        return orig(data, *args, device=device, **kwargs)
+    make.__name__ = orig.__name__
+    make.__doc__ = orig.__doc__
+    return make
+
+
+class RankEnviron(MutableMapping):
+    """os.environ with torchrun's per-process variables (RANK, LOCAL_RANK...) per rank thread."""
+
+    def __init__(self, real):
+        self.real = real
+
+    def _over(self):
+        rs = current_rank()
+        return rs.env if rs is not None else None
+
+    def __getitem__(self, k):
+        o = self._over()
+        if o is not None and k in o:
+            return o[k]
+        return self.real[k]
+
+    def __setitem__(self, k, v):
+        o = self._over()
+        if o is not None and k in o:
+            o[k] = v
+        else:
+            self.real[k] = v
+
+    def __delitem__(self, k):
+        o = self._over()
+        if o is not None and k in o:
+            del o[k]
+        else:
+            del self.real[k]
+
+    def __iter__(self):
+        o = self._over() or {}
+        yield from o
+        for k in self.real:
+            if k not in o:
+                yield k
+
+    def __len__(self):
+        return len(set(self.real) | set(self._over() or ()))
+
+    def copy(self):
+        return dict(self)
+
+    def __getattr__(self, name):  # putenv, encodekey...: defer to the real mapping
+        return getattr(self.real, name)
+
+
+def _patch_list():
+    from .cuda_api import cuda_patches
+    from .distributed import distributed_patches
+    items = cuda_patches()
+    items += [
+        (torch.Tensor, "to", _tensor_to),
+        (torch.Tensor, "cuda", _tensor_cuda),
+        (torch.Tensor, "record_stream", _record_stream),
+        (torch, "tensor", _factory_from_data(_orig_tensor)),
+        (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
+        (os, "environ", RankEnviron(os.environ)),
+    ]
+    items += distributed_patches()
+    return items
+
+
+class Installed:
+    """Context manager: patches in, gc paused (collection timing would change allocator reuse)."""
+
+    def __enter__(self):
+        global _active
+        with _lock:
+            if _active is not None:
+                from .errors import SimulationError
+                raise SimulationError("simdist.run() cannot be nested or run concurrently in one process")
+            saved = []
+            try:
+                for owner, name, new in _patch_list():
+                    saved.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type)
+                                  else getattr(owner, name, _MISSING)))
+                    setattr(owner, name, new)
+            except BaseException:
+                _restore(saved)
+                raise
+            _active = saved
+        self.gc_was = gc.isenabled()
+        gc.disable()
+        return self
+
+    def __exit__(self, *exc):
+        global _active
+        with _lock:
+            _restore(_active or [])
+            _active = None
+        if self.gc_was:
+            gc.enable()
+        return False
+
+
+_MISSING = object()
+
+
+def _restore(saved):
+    for owner, name, old in reversed(saved):
+        if old is _MISSING:
+            try:
+                delattr(owner, name)
+            except AttributeError:
+                pass
+        else:
+            setattr(owner, name, old)
+
+
+def enter_rank(rs):
+    from .dispatch import RankMode
+    rs.mode = RankMode(rs)
+    rs.mode.__enter__()
+
+
+def exit_rank(rs):
+    if rs.mode is not None:
+        rs.mode.__exit__(None, None, None)
+        rs.mode = None

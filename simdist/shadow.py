@@ -1,0 +1,255 @@
+"""Shadow memory: who accessed which bytes, and the happens-before check.
+
+Records are kept per allocation (a live block) over byte ranges of the
+segment, not per data_ptr, so views, slices and reused blocks are all seen
+(DESIGN.md 5). A new access conflicts with a record when the byte ranges
+overlap (exactly, for strided views), one of them writes, and the record's
+op does not happen-before the new op. Detection never depends on timing;
+timing only decides whether the damage shows (`observed`), which is checked
+by comparing the bytes a racing write changes when it lands.
+"""
+from __future__ import annotations
+
+import torch
+
+from .hazards import Access, Hazard
+
+GRAVEYARD_LIMIT = 256
+WATCH_LIMIT = 64
+
+
+class Rec:
+    __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "alloc_id")
+
+    def __init__(self, op, lo, hi, write, gen, contig, view):
+        self.op = op
+        self.lo = lo
+        self.hi = hi
+        self.write = write
+        self.gen = gen
+        self.contig = contig
+        self.view = view
+
+
+def _intervals(view):
+    """Sorted byte intervals [start, end) covered by a strided view."""
+    isz = view.element_size()
+    sizes, strides = list(view.shape), list(view.stride())
+    dims = sorted((st, sz) for sz, st in zip(sizes, strides) if sz > 1)
+    run = 1
+    if dims and dims[0][0] == 1:
+        run = dims[0][1]
+        dims = dims[1:]
+    starts = torch.zeros(1, dtype=torch.int64)
+    for st, sz in dims:
+        starts = (starts.unsqueeze(1) + torch.arange(sz, dtype=torch.int64) * st).reshape(-1)
+    starts = (starts + view.storage_offset()) * isz
+    starts, _ = torch.sort(starts)
+    return starts, starts + run * isz
+
+
+def exact_overlap(a, b):
+    if a.contig and b.contig:
+        return True
+    sa, ea = _intervals(a.view) if not a.contig else (torch.tensor([a.lo]), torch.tensor([a.hi]))
+    sb, eb = _intervals(b.view) if not b.contig else (torch.tensor([b.lo]), torch.tensor([b.hi]))
+    # for each interval of b, the first interval of a that ends after it starts
+    idx = torch.searchsorted(ea, sb, right=True)
+    ok = idx < len(sa)
+    if not bool(ok.any()):
+        return False
+    idx = idx[ok]
+    return bool((sa[idx] < eb[ok]).any())
+
+
+def _kind(r, rec, op, reused):
+    if reused:
+        return "reuse-after-free"
+    if op.kind == "d2h" and not rec.write:
+        return "host-read"
+    if r.write and rec.write:
+        return "write-after-write"
+    return "read-after-write" if r.write else "write-after-read"
+
+
+class Watch:
+    __slots__ = ("hazard", "other", "bad_if_other_done", "lo", "hi", "data", "other_write")
+
+    def __init__(self, hazard, other, bad_if_other_done, lo, hi, data, other_write):
+        self.hazard = hazard
+        self.other = other
+        self.bad_if_other_done = bad_if_other_done
+        self.lo = lo
+        self.hi = hi
+        self.data = data
+        self.other_write = other_write
+
+
+class Shadow:
+    def __init__(self, world):
+        self.world = world
+        self.hazards = {}  # key -> Hazard
+        self.order = []
+        self.deferred = []
+
+    # --- allocation lifecycle ------------------------------------------
+    def on_malloc(self, alloc):
+        seg = alloc.block.segment
+        if not seg.graveyard:
+            return
+        lo = alloc.block.offset
+        hi = lo + alloc.block.size
+        keep = []
+        pulled = []
+        for glo, ghi, recs in seg.graveyard:
+            if ghi <= lo or hi <= glo:
+                keep.append((glo, ghi, recs))
+                continue
+            pulled.extend(r for r in recs if r.lo < hi and lo < r.hi)
+            if glo < lo or ghi > hi:
+                keep.append((glo, ghi, recs))
+        seg.graveyard = keep
+        alloc.records = pulled
+
+    def on_free(self, alloc, block):
+        if alloc.records:
+            g = block.segment.graveyard
+            g.append((block.offset, block.offset + block.size, alloc.records))
+            if len(g) > GRAVEYARD_LIMIT:
+                del g[0]
+        alloc.records = []
+
+    # --- access checking -------------------------------------------------
+    def access(self, op, view, alloc, write):
+        """Record that `op` reads or writes `view` (a CPU view of a segment)."""
+        n = view.numel()
+        if n == 0:
+            return
+        isz = view.element_size()
+        lo = view.storage_offset() * isz
+        contig = view.is_contiguous()
+        if contig:
+            hi = lo + n * isz
+        else:
+            ext = 1
+            for s, st in zip(view.shape, view.stride()):
+                if s > 1:
+                    ext += (s - 1) * st
+            hi = lo + ext * isz
+        rec = Rec(op, lo, hi, write, alloc.id, contig, view)
+        records = alloc.records
+        if records:
+            ordered = self.world.tokens.ordered
+            keep = []
+            for r in records:
+                if r.hi <= lo or hi <= r.lo:
+                    keep.append(r)
+                    continue
+                rop = r.op
+                if rop is op:
+                    keep.append(r)
+                    continue
+                if not (write or r.write):
+                    # two reads never conflict; drop an older read on the same stream we cover
+                    if not (rop.stream is op.stream and contig and lo <= r.lo and r.hi <= hi):
+                        keep.append(r)
+                    continue
+                if not (contig and r.contig) and not exact_overlap(r, rec):
+                    keep.append(r)
+                    continue
+                o = ordered(rop, op)
+                if o:
+                    # ordered before a covering write: nothing later can race it without racing us
+                    if not (write and contig and lo <= r.lo and r.hi <= hi):
+                        keep.append(r)
+                    continue
+                keep.append(r)
+                if o is None:
+                    self.deferred.append((r, rec, op, alloc.block))
+                else:
+                    self.report(r, rec, op, alloc.block)
+            keep.append(rec)
+            alloc.records = keep
+        else:
+            alloc.records = [rec]
+
+    def report(self, r, rec, op, block, watch=True):
+        kind = _kind(r, rec, op, r.gen != rec.gen)
+        first = self._access(r)
+        second = self._access(rec)
+        key = (kind, first.site, second.site)
+        h = self.hazards.get(key)
+        if h is None:
+            dev = op.stream.dev
+            h = Hazard(kind, first, second, f"rank {dev.rank} cuda:{dev.index}",
+                       first_op_key=op_key(r.op), second_op_key=op_key(op))
+            self.hazards[key] = h
+            self.order.append(h)
+        else:
+            h.count += 1
+        if watch and not h.observed and h.count <= WATCH_LIMIT and block is not None:
+            self._watch(h, r, rec, block)
+
+    def _access(self, r):
+        op = r.op
+        dev = op.stream.dev
+        v = r.view
+        return Access(rank=dev.rank, stream=op.stream.name, op=op.name, is_write=r.write, shape=tuple(v.shape),
+                      dtype=str(v.dtype).replace("torch.", ""), frames=op.frames, seq=op.seq)
+
+    def _watch(self, h, r, rec, block):
+        lo, hi = max(r.lo, rec.lo), min(r.hi, rec.hi)
+        data = block.segment.data
+        first, second = r.op, rec.op
+        if r.write and not rec.write:  # RAW: bad if the reader reads before the write lands
+            writer, other, bad_if_done, ow = first, second, True, False
+        elif r.write:  # WAW: bad if the second write lands before the first
+            writer, other, bad_if_done, ow = first, second, True, True
+        else:  # WAR: bad if the write lands before the earlier read
+            writer, other, bad_if_done, ow = second, first, False, False
+        if writer.done:
+            return  # the write already landed, in launch order: the good order
+        w = Watch(h, other, bad_if_done, lo, hi, data, ow)
+        if writer.watches is None:
+            writer.watches = [w]
+        else:
+            writer.watches.append(w)
+
+    def finish(self):
+        """Re-check accesses whose order hung on collectives that are now resolved."""
+        ordered = self.world.tokens.ordered
+        for r, rec, op, block in self.deferred:
+            if ordered(r.op, op) is False:
+                self.report(r, rec, op, block, watch=False)
+        self.deferred = []
+
+    # --- execution --------------------------------------------------------
+    def execute(self, op):
+        watches = op.watches
+        if watches is None:
+            op.fn()
+            op.done = True
+            return
+        pre = []
+        for w in watches:
+            if w.hazard.observed:
+                continue
+            od = w.other.done if w.other_write else _read_done(w.other)
+            if od == w.bad_if_other_done:
+                pre.append((w, w.data[w.lo:w.hi].clone()))
+        if op.fn is not None:
+            op.fn()
+        op.done = True
+        for w, before in pre:
+            if not torch.equal(before, w.data[w.lo:w.hi]):
+                w.hazard.observed = True
+
+
+def _read_done(op):
+    if op.coll is not None:
+        return op.coll.snapshot_taken(op)
+    return op.done
+
+
+def op_key(op):
+    return (op.stream.dev.rank, op.stream.name, op.seq)

@@ -1,0 +1,189 @@
+"""SimTensor: a tensor that says `cuda:N` and keeps its bytes in simulated device memory.
+
+It is a wrapper subclass: the outer tensor carries the metadata user code sees
+(device, shape, strides, dtype); `_inner` is a CPU view of the device
+segment holding the bytes; `_alloc` keeps the allocator block alive. All ops
+on it reach simdist's dispatch mode (simdist.dispatch).
+
+A handful of Tensor methods are implemented in Python bindings that set a
+CUDA device guard before dispatch (indexing, copy_, to, item...), which a CPU
+build cannot do; those are overridden here and routed through the dispatcher.
+"""
+from __future__ import annotations
+
+import torch
+
+from .errors import SimulationError
+
+_aten = torch.ops.aten
+
+
+class SimTensor(torch.Tensor):
+    @staticmethod
+    def __new__(cls, inner, dev, alloc, requires_grad=False):
+        base = alloc.block.offset // inner.element_size() if alloc.block is not None else 0
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, inner.shape, strides=inner.stride(), storage_offset=inner.storage_offset() - base,
+            dtype=inner.dtype, device=dev.torch_device, requires_grad=requires_grad)
+        r._inner = inner
+        r._dev = dev
+        r._alloc = alloc
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import dispatch_outside
+        return dispatch_outside(func, types, args, kwargs or {})
+
+    # --- methods whose Python bindings would need a real CUDA device guard ---
+    def __getitem__(self, idx):
+        return _proxied(torch.Tensor.__getitem__, self, idx)
+
+    def __setitem__(self, idx, value):
+        _proxied(torch.Tensor.__setitem__, self, idx, value)
+
+    def copy_(self, src, non_blocking=False):
+        return _aten.copy_.default(self, src, non_blocking)
+
+    def to(self, *args, **kwargs):
+        return tensor_to(self, *args, **kwargs)
+
+    def cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        return tensor_to(self, dev, non_blocking=non_blocking, memory_format=memory_format)
+
+    def cpu(self, memory_format=torch.preserve_format):
+        return tensor_to(self, torch.device("cpu"), memory_format=memory_format)
+
+    def item(self):
+        return _aten._local_scalar_dense.default(self)
+
+    def tolist(self):
+        return self.cpu().tolist()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.item())
+
+    def numpy(self, *, force=False):
+        raise TypeError(f"can't convert {self.device} device type tensor to numpy. "
+                        "Use Tensor.cpu() to copy the tensor to host memory first.")
+
+    def __repr__(self, *, tensor_contents=None):
+        host = self.cpu()
+        text = repr(host)
+        suffix = f", device='{self.device}'"
+        return text[:-1] + suffix + ")" if text.endswith(")") else text
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return repr(self).__format__(spec)
+
+    def data_ptr(self):
+        a = self._alloc
+        blk = a.block
+        seg = blk.segment.id if blk is not None else 0
+        return (0x7F00_0000_0000 + (self._dev.index << 40) + (seg << 28)
+                + self._inner.storage_offset() * self._inner.element_size())
+
+    def untyped_storage(self):
+        raise SimulationError("untyped_storage() of a simulated CUDA tensor is not modelled; "
+                              "use data_ptr() / views instead")
+
+    def record_stream(self, stream):
+        from .cuda_api import record_stream
+        record_stream(self, stream)
+
+    def is_pinned(self):
+        return False
+
+    def __reduce_ex__(self, proto):
+        raise SimulationError("pickling a simulated CUDA tensor directly is not supported; "
+                              "move it to the CPU first (t.cpu())")
+
+    def __deepcopy__(self, memo):
+        out = self.clone()
+        memo[id(self)] = out
+        return out
+
+
+class HostProxy(torch.Tensor):
+    """A CPU-device stand-in for a SimTensor, only so Python bindings skip the CUDA guard.
+
+    Ops on it reach the dispatch mode, which maps it back to its SimTensor.
+    """
+
+    @staticmethod
+    def __new__(cls, sim):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, sim.shape, strides=sim.stride(), storage_offset=sim.storage_offset(), dtype=sim.dtype,
+            device="cpu", requires_grad=False)
+        r._sim = sim
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import dispatch_outside
+        return dispatch_outside(func, types, args, kwargs or {})
+
+
+def _proxy_index(idx):
+    if isinstance(idx, SimTensor):
+        return HostProxy(idx)
+    if isinstance(idx, tuple):
+        return tuple(HostProxy(i) if isinstance(i, SimTensor) else i for i in idx)
+    if isinstance(idx, list):
+        return [HostProxy(i) if isinstance(i, SimTensor) else i for i in idx]
+    return idx
+
+
+def _proxied(method, self, idx, *value):
+    p = HostProxy(self)
+    if value:
+        v = value[0]
+        return method(p, _proxy_index(idx), HostProxy(v) if isinstance(v, SimTensor) else v)
+    out = method(p, _proxy_index(idx))
+    return out
+
+
+def tensor_to(t, *args, **kwargs):
+    """Tensor.to for simulated tensors and for CPU tensors moving to a simulated device."""
+    device, dtype, non_blocking, _copy, memory_format = _parse_to(*args, **kwargs)
+    copy = kwargs.get("copy", False)
+    cur_dev = t.device
+    tgt_dev = device if device is not None else cur_dev
+    if tgt_dev.type == "cuda" and tgt_dev.index is None:
+        from .world import current_rank
+        rs = current_rank()
+        tgt_dev = torch.device("cuda", rs.current_device if rs is not None else 0)
+    tgt_dtype = dtype if dtype is not None else t.dtype
+    same = tgt_dev == cur_dev and tgt_dtype == t.dtype
+    if same and not copy:
+        if memory_format in (None, torch.preserve_format) or t.is_contiguous(memory_format=memory_format):
+            return t
+    kw = {"dtype": tgt_dtype, "device": tgt_dev, "non_blocking": non_blocking}
+    if memory_format is not None and memory_format != torch.preserve_format:
+        kw["memory_format"] = memory_format
+    return _aten._to_copy.default(t, **kw)
+
+
+def _parse_to(*args, **kwargs):
+    kwargs = {k: v for k, v in kwargs.items() if k != "copy"}
+    r = torch._C._nn._parse_to(*args, **kwargs)
+    device, dtype, non_blocking, memory_format = r[0], r[1], r[2], r[3]
+    return device, dtype, non_blocking, False, memory_format

@@ -1,0 +1,127 @@
+"""Device work in virtual time: ops, streams and the host clock.
+
+Timing rules (DESIGN.md "Engine semantics" 2):
+- a launch costs the host LAUNCH_NS of virtual time;
+- an op starts at max(end of its stream predecessor, the events it waits on,
+  its launch time) and ends after its duration (cost model x policy);
+- a kernel runs atomically at its end time: it reads and writes memory as it
+  stands then (zero-copy, so big tensors cost what eager torch costs);
+  a collective snapshots its inputs at its start and writes at its end;
+- an op whose start depends on a collective other ranks have not joined yet
+  has no time until they do; it waits in its predecessor's `waiters` list.
+"""
+from __future__ import annotations
+
+import sys
+
+LAUNCH_NS = 5_000
+
+
+class Op:
+    """One unit of device work (kernel, copy, collective side, or marker)."""
+
+    __slots__ = ("stream", "seq", "name", "launch", "dur", "start", "end", "start_lb", "deps_left",
+                 "waiters", "vc", "fn", "done", "frames", "kind", "watches", "coll", "index", "vc_full",
+                 "base_cost")
+
+    def __init__(self, stream, name, kind, launch, fn=None):
+        self.stream = stream
+        self.name = name
+        self.kind = kind  # "kernel", "copy", "d2h", "h2d", "collective", "marker", "sleep"
+        self.launch = launch
+        self.fn = fn
+        self.seq = 0
+        self.dur = 0
+        self.start = None
+        self.end = None
+        self.start_lb = launch
+        self.deps_left = 0
+        self.waiters = None
+        self.vc = None
+        self.done = False
+        self.frames = None
+        self.watches = None
+        self.coll = None
+        self.index = 0
+        self.vc_full = None
+        self.base_cost = 0
+
+    def __repr__(self):
+        return f"<Op {self.name} {self.stream.name}#{self.seq} [{self.start},{self.end}]>"
+
+
+class Host:
+    """A rank's host thread in virtual time, with its happens-before clock."""
+
+    __slots__ = ("rank", "clock", "vc", "ver")
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.clock = 0
+        self.vc = {}
+        self.ver = 0
+
+    def join_op(self, op):
+        from .clocks import full_clock, join
+        self.vc = join(self.vc, op.vc_full if op.vc_full is not None else full_clock(op))
+        self.ver += 1
+
+    def join_clock(self, vc):
+        from .clocks import join
+        self.vc = join(self.vc, vc)
+        self.ver += 1
+
+
+def capture_frames(depth=24):
+    """Cheap stack capture: (code, lineno) pairs, formatted only when reported."""
+    f = sys._getframe(2)
+    out = []
+    while f is not None and depth:
+        out.append((f.f_code, f.f_lineno))
+        f = f.f_back
+        depth -= 1
+    return tuple(out)
+
+
+_SKIP_PREFIXES = None
+
+
+def _skip_prefixes():
+    global _SKIP_PREFIXES
+    if _SKIP_PREFIXES is None:
+        import os
+        import threading
+        import torch
+        import simdist
+        _SKIP_PREFIXES = (os.path.dirname(simdist.__file__) + os.sep,
+                          os.path.dirname(torch.__file__) + os.sep,
+                          os.path.dirname(threading.__file__) + os.sep + "threading.py")
+    return _SKIP_PREFIXES
+
+
+def user_frames(frames, limit=6):
+    """The innermost frames that belong to the program under test."""
+    skip = _skip_prefixes()
+    out = []
+    for code, line in frames or ():
+        fn = code.co_filename
+        if fn.startswith(skip) or fn.startswith("<frozen"):
+            continue
+        out.append((fn, line, code.co_name))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def format_frames(frames, indent="    "):
+    uf = user_frames(frames)
+    if not uf:
+        return indent + "(no user frame)"
+    lines = []
+    import linecache
+    for fn, line, name in uf:
+        lines.append(f'{indent}File "{fn}", line {line}, in {name}')
+        src = linecache.getline(fn, line).strip()
+        if src:
+            lines.append(f"{indent}  {src}")
+    return "\n".join(lines)
