@@ -269,7 +269,7 @@ def allocate_like_contiguous(dev, stream, shape, dtype):
 
 
 # --- launching -------------------------------------------------------------------
-def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None):
+def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None, coll=None):
     """Queue device work on `stream` and check its accesses. reads/writes: SimTensors."""
     world = rs.world
     host = rs.host
@@ -280,11 +280,16 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None)
     op.seq = stream.seq
     op.vc = stream.vc
     op.frames = capture_frames()
-    if dur is None:
+    if coll is not None:
+        op.coll = coll
+        coll.arrive(rs, op)
+        dur = 0
+    elif dur is None:
         base = cost.kernel_ns(nbytes, flops)
         dur = world.policy.kernel((rs.rank, stream.name, op.seq), base)
     op.dur = dur
-    world.schedule_log[(rs.rank, stream.name, op.seq)] = dur
+    if coll is None:
+        world.schedule_log[(rs.rank, stream.name, op.seq)] = dur
     world.schedule(op, (stream.tail,))
     stream.tail = op
     host.clock += LAUNCH_NS
@@ -331,10 +336,13 @@ class RankMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        ours = False
         for t in types:
-            if t is not SimTensor and t is not HostProxy:
+            if t is SimTensor or t is HostProxy:
+                ours = True
+            elif t is not torch.Tensor and t is not torch.nn.Parameter:
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
-        if not types:
+        if not ours:
             dev = kwargs.get("device")
             if dev is None:
                 return func(*args, **kwargs)

@@ -1,2 +1,914 @@
+"""torch.distributed with the NCCL backend, simulated: process groups, collectives, P2P.
+
+Stream semantics per profile (DESIGN.md "torch.distributed semantics"; FACTS.md;
+torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp):
+- "2.7": every collective runs on the group's internal NCCL stream, which first
+  waits on the caller's current stream; inputs and outputs are record_stream-ed
+  on it (or, with TORCH_NCCL_AVOID_RECORD_STREAMS=1, stashed until wait());
+  async_op=False makes the current stream wait on the end (host not blocked);
+- "2.8": async_op=False runs on the current stream (nothing recorded or stashed);
+  async_op=True runs on the internal stream and stashes its tensors.
+- Work.wait() makes the current stream wait; barrier() also blocks the host.
+Ranks meet at a rendezvous keyed by (group, sequence number): a collective
+starts on each rank at its stream time and ends at the latest start plus its
+cost; it snapshots inputs at each rank's start and writes outputs at the end.
+Gathers and broadcasts are bit-exact; reductions add in rank order.
+Cross-rank checks follow TORCH_DISTRIBUTED_DEBUG=DETAIL: op, sizes, dtypes and
+root must match, else CollectiveMismatch naming every rank's call.
+"""
+from __future__ import annotations
+
+import pickle
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as _dist
+
+from . import clocks, cost
+from .errors import CollectiveMismatch, Deadlock, SimulationError
+from .timeline import capture_frames, format_frames
+from .world import current_rank
+
+c10d = _dist.distributed_c10d
+
+
+def _rank():
+    rs = current_rank()
+    if rs is None:
+        raise SimulationError("torch.distributed was used outside a simulated rank")
+    return rs
+
+
+class ProcessGroup:
+    """A simulated NCCL process group (one object shared by its member ranks)."""
+
+    def __init__(self, gid, ranks, name):
+        self.id = gid
+        self.ranks = list(ranks)
+        self.index = {r: i for i, r in enumerate(self.ranks)}
+        self.name = name
+        self.group_name = name
+        self.seq = {}
+
+    def size(self):
+        return len(self.ranks)
+
+    def rank(self):
+        rs = current_rank()
+        return self.index.get(rs.rank, -1) if rs is not None else -1
+
+    def group_desc(self):
+        return self.name
+
+    def __repr__(self):
+        return f"<simdist ProcessGroup {self.name} ranks={self.ranks}>"
+
+    def _get_backend_name(self):
+        return "nccl"
+
+
+class DistState:
+    def __init__(self, world):
+        self.world = world
+        self.world_group = ProcessGroup(0, range(world.world_size), "world")
+        self.groups = {(tuple(range(world.world_size)), -1): self.world_group}
+        self.group_count = {}
+        self.instances = {}
+        self.p2p_count = {}
+        self.n_groups = 1
+        self.initialized = set()
+
+    # --- groups -----------------------------------------------------------
+    def new_group(self, rs, ranks, desc=None):
+        ranks = sorted(set(ranks)) if ranks is not None else list(range(self.world.world_size))
+        for r in ranks:
+            if not 0 <= r < self.world.world_size:
+                raise ValueError(f"new_group: rank {r} is not in the world of size {self.world.world_size}")
+        k = (rs.rank, tuple(ranks))
+        n = self.group_count.get(k, 0)
+        self.group_count[k] = n + 1
+        key = (tuple(ranks), n)
+        g = self.groups.get(key)
+        if g is None:
+            gid = self.n_groups
+            self.n_groups += 1
+            name = desc or f"pg{gid}"
+            g = self.groups[key] = ProcessGroup(gid, ranks, name)
+        return g
+
+    def resolve(self, group):
+        if group is None or group is c10d.GroupMember.WORLD or group is _WORLD_SENTINEL:
+            return self.world_group
+        if isinstance(group, ProcessGroup):
+            return group
+        raise SimulationError(f"unknown process group {group!r}: pass a group made by torch.distributed.new_group "
+                              "inside the simulated run")
+
+    def member(self, rs, group, what):
+        g = self.resolve(group)
+        if rs.rank not in g.index:
+            raise SimulationError(f"rank {rs.rank} called {what} on group {g.name} ranks={g.ranks}, "
+                                  f"which it is not a member of")
+        return g
+
+    # --- rendezvous -------------------------------------------------------
+    def instance(self, rs, g, kind):
+        n = g.seq.get(rs.rank, 0) + 1
+        g.seq[rs.rank] = n
+        key = (g.id, n)
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = (Collective(self, g, n, kind) if kind != "object" else HostRendezvous(
+                self, g, n))
+        return inst
+
+    def on_rank_exit(self, rs):
+        pass
+
+    def pending_summary(self):
+        lines = []
+        for inst in self.instances.values():
+            if not inst.complete:
+                joined = sorted(inst.arrived)
+                missing = [r for r in inst.group.ranks if r not in inst.arrived]
+                first = inst.calls[joined[0]] if joined else None
+                where = ""
+                if first is not None:
+                    uf = format_frames(first[2], "      ")
+                    where = f"\n      issued by rank {joined[0]} at:\n{uf}"
+                lines.append(f"  {first[0] if first else inst.kind} #{inst.seq} on group {inst.group.name}: "
+                             f"joined by ranks {joined}, never by ranks {missing}{where}")
+        return ("pending collectives:\n" + "\n".join(lines)) if lines else ""
+
+    def check_finished(self):
+        s = self.pending_summary()
+        if s:
+            raise Deadlock("the run ended with collectives some ranks never joined (on GPUs this hangs "
+                           "until the NCCL watchdog fires):\n" + s)
+
+
+class Collective:
+    """One collective instance: every member rank's side of (group, seq)."""
+
+    def __init__(self, state, group, seq, kind):
+        self.state = state
+        self.group = group
+        self.seq = seq
+        self.kind = kind
+        self.token = state.world.tokens.new_token()
+        self.arrived = {}  # rank -> op
+        self.calls = {}  # rank -> (description, signature, frames)
+        self.specs = {}  # rank -> (inputs, outputs, compute-role)
+        self.snaps = {}
+        self.started = 0
+        self.complete = False
+        self.end = None
+        self.compute = None
+        self.nbytes = 0
+
+    def register(self, rs, desc, sig, frames):
+        self.calls[rs.rank] = (desc, sig, frames)
+        for r, (d2, s2, f2) in self.calls.items():
+            if r != rs.rank and s2 != sig:
+                raise CollectiveMismatch(
+                    f"ranks issued different collectives as call #{self.seq} on group {self.group.name} "
+                    f"{self.group.ranks}:\n  rank {r}: {d2}\n{format_frames(f2, '      ')}\n"
+                    f"  rank {rs.rank}: {desc}\n{format_frames(frames, '      ')}")
+
+    def arrive(self, rs, op):
+        self.arrived[rs.rank] = op
+        if len(self.arrived) == len(self.group.ranks):
+            full = {}
+            for o in self.arrived.values():
+                full = clocks.join(full, clocks.full_clock(o))
+            self.state.world.tokens.resolved[-self.token] = full
+
+    def participant_started(self, op):
+        world = self.state.world
+        self.started += 1
+        world.push(op.start, _Snapshot(self, op))
+        if self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks):
+            self._finish_timing()
+
+    def _finish_timing(self):
+        world = self.state.world
+        ops = [self.arrived[r] for r in self.group.ranks]
+        start = max(o.start for o in ops)
+        base = cost.collective_ns(self.kind, self.nbytes, len(ops))
+        key = (f"{self.group.name}", self.seq)
+        dur = world.policy.collective(key, base)
+        world.schedule_log[key] = dur
+        self.end = start + max(1, dur)
+        for o in ops:
+            o.end = self.end
+        world.push(self.end, self)
+        for o in ops:
+            world.resolved(o)
+
+    def snapshot_taken(self, op):
+        return op.stream.dev.rank in self.snaps
+
+    def take_snapshot(self, op):
+        r = op.stream.dev.rank
+        ins = self.specs[r][0]
+        self.snaps[r] = [t._inner.clone() for t in ins]
+
+    def execute(self):
+        world = self.state.world
+        self.complete = True
+        order = self.group.ranks
+        results = self.compute([self.snaps.get(r, []) for r in order])
+        for i, r in enumerate(order):
+            op = self.arrived[r]
+            outs = self.specs[r][1]
+            vals = results[i]
+
+            def fn(outs=outs, vals=vals):
+                for o, v in zip(outs, vals):
+                    if v is not None:
+                        o._inner.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
+            op.fn = fn
+            world.shadow.execute(op)
+            op.fn = None
+            op.watches = None
+            world.ops_log.append(op)
+        self.snaps = {}
+
+
+class _Snapshot:
+    __slots__ = ("coll", "op")
+
+    def __init__(self, coll, op):
+        self.coll = coll
+        self.op = op
+
+    def execute(self):
+        self.coll.take_snapshot(self.op)
+
+
+class HostRendezvous:
+    """Object collectives: the host pickles, exchanges through the device and syncs."""
+
+    def __init__(self, state, group, seq):
+        self.state = state
+        self.group = group
+        self.seq = seq
+        self.kind = "object"
+        self.arrived = {}
+        self.calls = {}
+        self.payloads = {}
+        self.clocks = {}
+        self.complete = False
+        self.done_time = None
+        self.vc = {}
+
+    register = Collective.register
+
+    def arrive(self, rs, payload):
+        self.arrived[rs.rank] = rs.host.clock
+        self.payloads[rs.rank] = payload
+        self.vc = clocks.join(self.vc, rs.host.vc)
+        if len(self.arrived) == len(self.group.ranks):
+            nbytes = sum(len(p) for p in self.payloads.values())
+            self.done_time = max(self.arrived.values()) + cost.collective_ns("all_gather", nbytes, len(self.arrived))
+            self.complete = True
+
+
+# --- the collectives ------------------------------------------------------------------
+_WORLD_SENTINEL = object()
+
+
+def _redop_name(op):
+    if op is None:
+        return "SUM"
+    n = getattr(op, "name", None) or str(op)
+    return n.split(".")[-1].upper()
+
+
+def _reduce(vals, opname):
+    acc = vals[0].clone()
+    if opname in ("SUM", "AVG"):
+        for v in vals[1:]:
+            acc.add_(v)
+        if opname == "AVG":
+            if acc.is_floating_point():
+                acc.div_(len(vals))
+            else:
+                acc = torch.div(acc, len(vals), rounding_mode="floor").to(acc.dtype)
+    elif opname == "PRODUCT":
+        for v in vals[1:]:
+            acc.mul_(v)
+    elif opname == "MAX":
+        for v in vals[1:]:
+            acc = torch.maximum(acc, v)
+    elif opname == "MIN":
+        for v in vals[1:]:
+            acc = torch.minimum(acc, v)
+    elif opname == "BAND":
+        for v in vals[1:]:
+            acc.bitwise_and_(v)
+    elif opname == "BOR":
+        for v in vals[1:]:
+            acc.bitwise_or_(v)
+    elif opname == "BXOR":
+        for v in vals[1:]:
+            acc.bitwise_xor_(v)
+    else:
+        raise SimulationError(f"reduce op {opname} is not supported by simdist")
+    return acc
+
+
+def _sig_t(t):
+    return (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+
+
+def _desc(kind, tensors, extra=""):
+    ts = ", ".join(f"{d}{list(s)}" for s, d in (_sig_t(t) for t in tensors))
+    return f"{kind}({ts}{', ' + extra if extra else ''})"
+
+
+def _check_tensor(rs, t, what):
+    from .tensor import SimTensor
+    if not isinstance(t, SimTensor):
+        raise SimulationError(f"{what}: NCCL needs CUDA tensors, got a {getattr(t, 'device', type(t))} tensor")
+    if t._dev.rank != rs.rank:
+        raise SimulationError(f"{what}: rank {rs.rank} passed a tensor of rank {t._dev.rank}")
+    return t
+
+
+class Work:
+    """The handle of an async collective (c10d Work)."""
+
+    def __init__(self, rs, marker, stash, outputs, host_blocking=False):
+        self._rs = rs
+        self._marker = marker
+        self._stash = stash
+        self._outputs = outputs
+        self._host_blocking = host_blocking
+
+    def wait(self, timeout=None):
+        rs = _rank()
+        if self._marker is not None:
+            rs.current_stream().wait_marker(rs.host, self._marker)
+            if self._host_blocking:
+                rs.wait_op(self._marker, "barrier()")
+        self._stash = None
+        return True
+
+    synchronize = wait
+
+    def is_completed(self):
+        rs = _rank()
+        m = self._marker
+        if m is None or (m.end is not None and m.end <= rs.host.clock):
+            if m is not None:
+                rs.host.join_op(m)
+            return True
+        return False
+
+    def is_success(self):
+        return self.is_completed()
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return list(self._outputs)
+
+    def get_future(self):
+        return _Future(self)
+
+
+class _Future:
+    def __init__(self, work):
+        self.work = work
+
+    def wait(self):
+        self.work.wait()
+        return self.work.result()
+
+    def value(self):
+        return self.work.result()
+
+    def done(self):
+        return self.work.is_completed()
+
+    def then(self, cb):
+        f = _Future(self.work)
+        f._cb = cb
+        f.wait = lambda: cb(self) if self.wait() is not None else None
+        return f
+
+
+def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None,
+                       nbytes=None, stream_key=None):
+    from .dispatch import launch
+    from .cuda_api import record_stream
+    world = rs.world
+    state = world.dist
+    inst = state.instance(rs, g, kind)
+    if not isinstance(inst, Collective) or inst.kind != kind:
+        other = next(iter(inst.calls.values()))[0] if inst.calls else inst.kind
+        raise CollectiveMismatch(f"ranks issued different collectives as call #{inst.seq} on group {g.name}: "
+                                 f"rank {rs.rank} called {desc}, another rank called {other}")
+    frames = capture_frames()
+    inst.register(rs, desc, sig, frames)
+    inst.compute = compute
+    inst.specs[rs.rank] = (list(reads if reads is not None else inputs), list(outputs))
+    nb = nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs)
+    inst.nbytes = max(inst.nbytes, nb)
+    devs = {o._dev.index for o in list(inputs) + list(outputs)}
+    dev = rs.device(next(iter(devs))) if devs else rs.device()
+    for r, o in inst.arrived.items():
+        if o.stream.dev.index == dev.index and world.device_count > 1 and world.world_size > 1 and r != rs.rank:
+            raise SimulationError(f"NCCL error: Duplicate GPU detected: rank {rs.rank} and rank {r} both on "
+                                  f"CUDA device {dev.index} (call torch.cuda.set_device(local_rank) first)")
+    host = rs.host
+    cur = rs.current_stream(dev.index)
+    on_side = world.nccl_profile == "2.7" or async_op
+    if on_side:
+        stream = dev.nccl_stream(stream_key or g.name)
+        stream.wait_marker(host, cur.record_marker(host))
+    else:
+        stream = cur
+    op = launch(rs, stream, f"nccl:{kind}", "collective", None, reads if reads is not None else inputs,
+                writes if writes is not None else outputs, 0, coll=inst)
+    op.frames = frames
+    stream.vc = dict(stream.vc)
+    stream.vc[inst.token] = 1
+    stash = None
+    if on_side:
+        tensors = list(inputs) + list(outputs)
+        if world.nccl_profile == "2.7" and not world.avoid_record_streams:
+            for t in tensors:
+                record_stream(t, stream)
+        else:
+            stash = tensors
+    marker = stream.record_marker(host) if on_side else None
+    if async_op:
+        if marker is None:
+            marker = stream.record_marker(host)
+        return Work(rs, marker, stash, outputs)
+    if on_side:
+        cur.wait_marker(host, marker)
+    return None
+
+
+def _tag(kwargs):
+    return kwargs
+
+
+def all_reduce(tensor, op=None, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "all_reduce")
+    t = _check_tensor(rs, tensor, "all_reduce")
+    name = _redop_name(op)
+    return _launch_collective(rs, g, "all_reduce", _desc("all_reduce", [t], name), ("all_reduce", _sig_t(t), name),
+                              [t], [t], lambda vals: [[_reduce([v[0] for v in vals], name)]] * len(vals), async_op)
+
+
+def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "broadcast")
+    t = _check_tensor(rs, tensor, "broadcast")
+    root = src if src is not None else g.ranks[group_src or 0]
+    if root not in g.index:
+        raise ValueError(f"broadcast: src rank {root} is not in group {g.name} {g.ranks}")
+    i = g.index[root]
+    is_root = rs.rank == root
+    return _launch_collective(
+        rs, g, "broadcast", _desc("broadcast", [t], f"src={root}"), ("broadcast", _sig_t(t), root), [t], [t],
+        lambda vals: [[vals[i][0]] if j != i else [None] for j in range(len(vals))], async_op,
+        reads=[t] if is_root else [], writes=[] if is_root else [t],
+        nbytes=t.numel() * t.element_size())
+
+
+def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "reduce")
+    t = _check_tensor(rs, tensor, "reduce")
+    root = dst if dst is not None else g.ranks[group_dst or 0]
+    i = g.index[root]
+    name = _redop_name(op)
+    return _launch_collective(
+        rs, g, "reduce", _desc("reduce", [t], f"dst={root}, {name}"), ("reduce", _sig_t(t), root, name), [t], [t],
+        lambda vals: [[_reduce([v[0] for v in vals], name)] if j == i else [None] for j in range(len(vals))],
+        async_op, writes=[t] if rs.rank == root else [])
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "all_gather_into_tensor")
+    o = _check_tensor(rs, output_tensor, "all_gather_into_tensor")
+    i = _check_tensor(rs, input_tensor, "all_gather_into_tensor")
+    n = g.size()
+    if o.numel() != n * i.numel() or o.dtype != i.dtype:
+        raise ValueError(f"all_gather_into_tensor: output {o.dtype}{list(o.shape)} must hold {n} x input "
+                         f"{i.dtype}{list(i.shape)}")
+    return _launch_collective(
+        rs, g, "all_gather", _desc("all_gather_into_tensor", [o, i]), ("all_gather_into_tensor", _sig_t(i)), [i], [o],
+        lambda vals: [[torch.cat([v[0].reshape(-1) for v in vals])]] * n, async_op,
+        nbytes=o.numel() * o.element_size())
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "all_gather")
+    t = _check_tensor(rs, tensor, "all_gather")
+    outs = [_check_tensor(rs, x, "all_gather") for x in tensor_list]
+    n = g.size()
+    if len(outs) != n:
+        raise ValueError(f"all_gather: tensor_list has {len(outs)} tensors, group {g.name} has {n} ranks")
+    for x in outs:
+        if x.numel() != t.numel() or x.dtype != t.dtype:
+            raise ValueError(f"all_gather: output {x.dtype}{list(x.shape)} does not match input {t.dtype}{list(t.shape)}")
+    return _launch_collective(
+        rs, g, "all_gather", _desc("all_gather", [t]), ("all_gather", _sig_t(t)), [t], outs,
+        lambda vals: [[v[0] for v in vals]] * n, async_op, nbytes=n * t.numel() * t.element_size())
+
+
+def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "reduce_scatter_tensor")
+    o = _check_tensor(rs, output, "reduce_scatter_tensor")
+    i = _check_tensor(rs, input, "reduce_scatter_tensor")
+    n = g.size()
+    if i.numel() != n * o.numel():
+        raise ValueError(f"reduce_scatter_tensor: input {list(i.shape)} must be {n} x output {list(o.shape)}")
+    name = _redop_name(op)
+
+    def compute(vals):
+        flat = [v[0].reshape(n, -1) for v in vals]
+        return [[_reduce([f[j] for f in flat], name)] for j in range(n)]
+    return _launch_collective(rs, g, "reduce_scatter", _desc("reduce_scatter_tensor", [o, i], name),
+                              ("reduce_scatter_tensor", _sig_t(i), name), [i], [o], compute, async_op,
+                              nbytes=i.numel() * i.element_size())
+
+
+def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "reduce_scatter")
+    o = _check_tensor(rs, output, "reduce_scatter")
+    ins = [_check_tensor(rs, x, "reduce_scatter") for x in input_list]
+    n = g.size()
+    if len(ins) != n:
+        raise ValueError(f"reduce_scatter: input_list has {len(ins)} tensors for {n} ranks")
+    name = _redop_name(op)
+    return _launch_collective(
+        rs, g, "reduce_scatter", _desc("reduce_scatter", [o], name), ("reduce_scatter", _sig_t(o), name), ins, [o],
+        lambda vals: [[_reduce([v[j] for v in vals], name)] for j in range(n)], async_op)
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "all_to_all_single")
+    o = _check_tensor(rs, output, "all_to_all_single")
+    i = _check_tensor(rs, input, "all_to_all_single")
+    n = g.size()
+    me = g.index[rs.rank]
+    splits = rs.world.dist.__dict__.setdefault("_a2a_splits", {})
+    key = (g.id, g.seq.get(rs.rank, 0) + 1)
+    if input_split_sizes is None:
+        if i.shape[0] % n:
+            raise ValueError(f"all_to_all_single: dim 0 of input ({i.shape[0]}) is not divisible by {n} ranks")
+        input_split_sizes = [i.shape[0] // n] * n
+    if output_split_sizes is None:
+        output_split_sizes = [o.shape[0] // n] * n
+    splits.setdefault(key, {})[me] = (list(input_split_sizes), list(output_split_sizes))
+
+    def compute(vals):
+        sp = splits.pop(key)
+        chunks = [list(torch.split(vals[j][0], sp[j][0])) for j in range(n)]
+        out = []
+        for j in range(n):
+            for k in range(n):
+                if chunks[k][j].shape[0] != sp[j][1][k]:
+                    raise SimulationError(f"all_to_all_single: rank {g.ranks[k]} sends {chunks[k][j].shape[0]} rows "
+                                          f"to rank {g.ranks[j]}, which expects {sp[j][1][k]}")
+            out.append([torch.cat([chunks[k][j] for k in range(n)])])
+        return out
+    return _launch_collective(rs, g, "all_to_all", _desc("all_to_all_single", [o, i]),
+                              ("all_to_all_single", str(i.dtype)), [i], [o], compute, async_op)
+
+
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "all_to_all")
+    outs = [_check_tensor(rs, x, "all_to_all") for x in output_tensor_list]
+    ins = [_check_tensor(rs, x, "all_to_all") for x in input_tensor_list]
+    n = g.size()
+    return _launch_collective(rs, g, "all_to_all", _desc("all_to_all", ins), ("all_to_all", len(ins)), ins, outs,
+                              lambda vals: [[vals[k][j] for k in range(n)] for j in range(n)], async_op)
+
+
+def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "gather")
+    t = _check_tensor(rs, tensor, "gather")
+    root = dst if dst is not None else g.ranks[group_dst or 0]
+    i = g.index[root]
+    n = g.size()
+    outs = [_check_tensor(rs, x, "gather") for x in (gather_list or [])] if rs.rank == root else []
+    if rs.rank == root and len(outs) != n:
+        raise ValueError(f"gather: the destination needs a gather_list of {n} tensors")
+    return _launch_collective(
+        rs, g, "gather", _desc("gather", [t], f"dst={root}"), ("gather", _sig_t(t), root), [t], outs,
+        lambda vals: [[v[0] for v in vals] if j == i else [] for j in range(n)], async_op)
+
+
+def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "scatter")
+    t = _check_tensor(rs, tensor, "scatter")
+    root = src if src is not None else g.ranks[group_src or 0]
+    i = g.index[root]
+    n = g.size()
+    ins = [_check_tensor(rs, x, "scatter") for x in (scatter_list or [])] if rs.rank == root else []
+    if rs.rank == root and len(ins) != n:
+        raise ValueError(f"scatter: the source needs a scatter_list of {n} tensors")
+    return _launch_collective(
+        rs, g, "scatter", _desc("scatter", [t], f"src={root}"), ("scatter", _sig_t(t), root), ins, [t],
+        lambda vals: [[vals[i][j]] for j in range(n)], async_op)
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    rs = _rank()
+    g = rs.world.dist.member(rs, group, "barrier")
+    from .dispatch import allocate
+    dev = rs.device()
+    buf = allocate(dev, rs.current_stream(), (1,), (1,), torch.float32)
+    buf._inner.fill_(0)
+    w = _launch_collective(rs, g, "all_reduce", "barrier()", ("barrier",), [buf], [buf],
+                           lambda vals: [[_reduce([v[0] for v in vals], "SUM")]] * len(vals), True)
+    w._host_blocking = True
+    if async_op:
+        return w
+    w.wait()
+    return None
+
+
+monitored_barrier = barrier
+
+
+# --- point to point ---------------------------------------------------------------------
+def _p2p(rs, tensor, peer, is_send, group, async_op):
+    state = rs.world.dist
+    g = state.member(rs, group, "send" if is_send else "recv")
+    t = _check_tensor(rs, tensor, "send" if is_send else "recv")
+    if peer is None or peer not in g.index:
+        raise ValueError(f"{'send' if is_send else 'recv'}: peer {peer} is not in group {g.name}")
+    if peer == rs.rank:
+        raise ValueError(f"rank {rs.rank} cannot send to or receive from itself")
+    src, dst = (rs.rank, peer) if is_send else (peer, rs.rank)
+    ck = (g.id, src, dst)
+    side = 0 if is_send else 1
+    cnt = state.p2p_count.get((ck, side), 0) + 1
+    state.p2p_count[(ck, side)] = cnt
+    pg = state.__dict__.setdefault("_p2p_groups", {})
+    pair = pg.get((g.id, src, dst))
+    if pair is None:
+        pair = pg[(g.id, src, dst)] = ProcessGroup(-1, sorted((src, dst)), f"p2p:{src}->{dst}")
+    pair.seq[rs.rank] = cnt - 1
+    desc = f"{'send' if is_send else 'recv'}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={peer})"
+    sig = ("p2p", _sig_t(t))
+    si = pair.index[src]
+    return _launch_collective(
+        rs, pair, "p2p", desc, sig, [t] if is_send else [], [] if is_send else [t],
+        lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], async_op,
+        nbytes=t.numel() * t.element_size(), stream_key=f"p2p:{min(src, dst)}-{max(src, dst)}")
+
+
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    rs = _rank()
+    _p2p(rs, tensor, dst, True, group, False)
+
+
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    rs = _rank()
+    _p2p(rs, tensor, src, False, group, False)
+    return src
+
+
+def isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return _p2p(_rank(), tensor, dst, True, group, True)
+
+
+def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return _p2p(_rank(), tensor, src, False, group, True)
+
+
+def batch_isend_irecv(p2p_op_list):
+    works = []
+    for p in p2p_op_list:
+        fn = getattr(p, "op", None)
+        peer = getattr(p, "peer", None)
+        is_send = fn in (isend, _orig.get("isend")) or getattr(fn, "__name__", "") == "isend"
+        works.append(_p2p(_rank(), p.tensor, peer, is_send, getattr(p, "group", None), True))
+    return works
+
+
+class P2POp:
+    def __init__(self, op, tensor, peer=None, group=None, tag=0, group_peer=None):
+        self.op = op
+        self.tensor = tensor
+        self.peer = peer
+        self.group = group
+        self.tag = tag
+
+
+# --- object collectives -------------------------------------------------------------------
+def _object_exchange(what, group, payload):
+    rs = _rank()
+    state = rs.world.dist
+    g = state.member(rs, group, what)
+    cur = rs.current_stream()
+    rs.wait_op(cur.record_marker(rs.host), what)  # objects travel as device tensors, read back by the host
+    inst = state.instance(rs, g, "object")
+    if not isinstance(inst, HostRendezvous):
+        raise CollectiveMismatch(f"ranks issued different collectives as call #{inst.seq} on group {g.name}: "
+                                 f"rank {rs.rank} called {what}, another rank a tensor collective")
+    inst.register(rs, what, (what,), capture_frames())
+    inst.arrive(rs, payload)
+    if not inst.complete:
+        rs.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, what)
+    rs.host.clock = max(rs.host.clock, inst.done_time)
+    rs.host.join_clock(inst.vc)
+    return g, inst
+
+
+def all_gather_object(object_list, obj, group=None):
+    g, inst = _object_exchange("all_gather_object", group, pickle.dumps(obj))
+    for i, r in enumerate(g.ranks):
+        object_list[i] = pickle.loads(inst.payloads[r])
+
+
+def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+    rs = _rank()
+    g0 = rs.world.dist.resolve(group)
+    root = src if src is not None else g0.ranks[group_src or 0]
+    g, inst = _object_exchange("broadcast_object_list", group, pickle.dumps(list(object_list)))
+    vals = pickle.loads(inst.payloads[root])
+    for i, v in enumerate(vals):
+        object_list[i] = v
+
+
+def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
+    rs = _rank()
+    g, inst = _object_exchange("gather_object", group, pickle.dumps(obj))
+    root = dst if dst is not None else g.ranks[group_dst or 0]
+    if rs.rank == root and object_gather_list is not None:
+        for i, r in enumerate(g.ranks):
+            object_gather_list[i] = pickle.loads(inst.payloads[r])
+
+
+def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
+                        group_src=None):
+    rs = _rank()
+    g0 = rs.world.dist.resolve(group)
+    root = src if src is not None else g0.ranks[group_src or 0]
+    g, inst = _object_exchange("scatter_object_list", group,
+                               pickle.dumps(list(scatter_object_input_list or [])))
+    vals = pickle.loads(inst.payloads[root])
+    scatter_object_output_list[0] = vals[g.index[rs.rank]]
+
+
+# --- groups and world ------------------------------------------------------------------------
+def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None,
+                       group_name="", pg_options=None, device_id=None, **kwargs):
+    rs = _rank()
+    w = rs.world
+    if world_size not in (-1, None) and world_size != w.world_size:
+        raise ValueError(f"init_process_group(world_size={world_size}) but the simulated world has "
+                         f"{w.world_size} ranks")
+    if rank not in (-1, None) and rank != rs.rank:
+        raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {rs.rank}")
+    if device_id is not None:
+        from .cuda_api import set_device
+        set_device(device_id)
+    w.dist.initialized.add(rs.rank)
+
+
+def is_initialized():
+    return True
+
+
+def is_available():
+    return True
+
+
+def is_nccl_available():
+    return True
+
+
+def get_backend(group=None):
+    return "nccl"
+
+
+def get_rank(group=None):
+    rs = _rank()
+    g = rs.world.dist.resolve(group)
+    return g.index.get(rs.rank, -1)
+
+
+def get_world_size(group=None):
+    rs = _rank()
+    g = rs.world.dist.resolve(group)
+    return g.size() if rs.rank in g.index else -1
+
+
+def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
+              group_desc=None, device_id=None):
+    rs = _rank()
+    return rs.world.dist.new_group(rs, ranks, group_desc)
+
+
+def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None, group_desc=None):
+    rs = _rank()
+    n = rs.world.world_size
+    group_size = group_size or n
+    if n % group_size:
+        raise ValueError(f"new_subgroups: world size {n} is not divisible by group_size {group_size}")
+    subgroups, cur = [], None
+    for start in range(0, n, group_size):
+        ranks = list(range(start, start + group_size))
+        g = rs.world.dist.new_group(rs, ranks, group_desc)
+        subgroups.append(g)
+        if rs.rank in ranks:
+            cur = g
+    return cur, subgroups
+
+
+def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=None, pg_options=None,
+                                 group_desc=None):
+    rs = _rank()
+    subgroups, cur = [], None
+    for ranks in ranks_per_subgroup_list:
+        g = rs.world.dist.new_group(rs, ranks, group_desc)
+        subgroups.append(g)
+        if rs.rank in g.index:
+            cur = g
+    return cur, subgroups
+
+
+def get_global_rank(group, group_rank):
+    g = _rank().world.dist.resolve(group)
+    return g.ranks[group_rank]
+
+
+def get_group_rank(group, global_rank):
+    g = _rank().world.dist.resolve(group)
+    if global_rank not in g.index:
+        raise ValueError(f"rank {global_rank} is not part of group {g.name}")
+    return g.index[global_rank]
+
+
+def get_process_group_ranks(group):
+    return list(_rank().world.dist.resolve(group).ranks)
+
+
+def destroy_process_group(group=None):
+    rs = current_rank()
+    if rs is not None:
+        rs.world.dist.initialized.discard(rs.rank)
+
+
+def _get_default_group():
+    return _rank().world.dist.world_group
+
+
+class _GroupNS:
+    @property
+    def WORLD(self):
+        rs = current_rank()
+        return rs.world.dist.world_group if rs is not None else None
+
+
+_orig = {}
+
+_FUNCS = dict(
+    init_process_group=init_process_group, is_initialized=is_initialized, is_available=is_available,
+    is_nccl_available=is_nccl_available, get_backend=get_backend, get_rank=get_rank,
+    get_world_size=get_world_size, new_group=new_group, new_subgroups=new_subgroups,
+    new_subgroups_by_enumeration=new_subgroups_by_enumeration, get_global_rank=get_global_rank,
+    get_group_rank=get_group_rank, get_process_group_ranks=get_process_group_ranks,
+    destroy_process_group=destroy_process_group, all_reduce=all_reduce, broadcast=broadcast, reduce=reduce,
+    all_gather=all_gather, all_gather_into_tensor=all_gather_into_tensor, _all_gather_base=all_gather_into_tensor,
+    reduce_scatter=reduce_scatter, reduce_scatter_tensor=reduce_scatter_tensor,
+    _reduce_scatter_base=reduce_scatter_tensor, all_to_all_single=all_to_all_single, all_to_all=all_to_all,
+    gather=gather, scatter=scatter, barrier=barrier, monitored_barrier=monitored_barrier, send=send, recv=recv,
+    isend=isend, irecv=irecv, batch_isend_irecv=batch_isend_irecv, P2POp=P2POp,
+    all_gather_object=all_gather_object, broadcast_object_list=broadcast_object_list, gather_object=gather_object,
+    scatter_object_list=scatter_object_list, _get_default_group=_get_default_group,
+)
+
+
 def distributed_patches():
-    return []
+    out = []
+    for mod in (_dist, c10d):
+        for name, fn in _FUNCS.items():
+            if hasattr(mod, name):
+                _orig.setdefault(name, getattr(mod, name))
+                out.append((mod, name, fn))
+    out.append((_dist, "group", _GroupNS()))
+    out.append((c10d, "group", _GroupNS()))
+    return out

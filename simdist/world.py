@@ -219,7 +219,8 @@ class World:
         self.fatal = None
         self.aborting = False
         self.fn = None
-        self.dist = None  # simdist.distributed.DistState, created on demand
+        from .distributed import DistState
+        self.dist = DistState(self)
         self.schedule_log = {}
         self.launches = 0
 
@@ -307,7 +308,7 @@ class World:
                     self._started(w)
 
     def push(self, t, item):
-        if t <= self.now and self.now > 0:
+        if t < self.now:
             raise SimulationError(f"internal: event at {t} before the processed frontier {self.now}")
         self._tie += 1
         heapq.heappush(self.heap, (t, self._tie, item))
