@@ -86,7 +86,7 @@ def _find_out_variant(func):
     schema = func._schema
     if len(schema.returns) != 1:
         return None
-    names = [a.name for a in schema.arguments]
+    names = [(a.name, str(a.type)) for a in schema.arguments]
     packet = func._overloadpacket
     for ov_name in packet.overloads():
         ov = getattr(packet, ov_name)
@@ -94,7 +94,7 @@ def _find_out_variant(func):
         outs = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
         if len(outs) != 1 or outs[0].name != "out":
             continue
-        if [a.name for a in s.arguments if a.name != "out"] == names:
+        if [(a.name, str(a.type)) for a in s.arguments if a.name != "out"] == names:
             return ov
     return None
 
@@ -124,53 +124,53 @@ class _Unwrapped:
     __slots__ = ("args", "kwargs", "sims", "key", "dev", "cpu_tensors")
 
 
+def _conv(a, sims, key, flags):
+    """SimTensor -> its CPU view; collects the SimTensors and the cache key. (No closures: gc is off.)"""
+    t = type(a)
+    if t is SimTensor:
+        sims.append(a)
+        if key is not None:
+            key.append((a.shape, a.stride(), a.dtype))
+        return a._inner
+    if t is HostProxy:
+        s = a._sim
+        sims.append(s)
+        if key is not None:
+            key.append((s.shape, s.stride(), s.dtype))
+        return s._inner
+    if t is list or t is tuple:
+        if a and any(isinstance(x, torch.Tensor) for x in a):
+            if key is not None:
+                key.append(len(a))
+            return t([_conv(x, sims, key, flags) for x in a])
+        if key is not None:
+            key.append(tuple(a))
+        return a
+    if isinstance(a, torch.Tensor):
+        flags[0] = True
+        if key is not None:
+            key.append(("cpu", a.shape, a.dtype))
+        return a
+    if key is not None:
+        key.append(a)
+    return a
+
+
 def _unwrap(rs, args, kwargs, want_key):
     u = _Unwrapped()
     sims = []
     key = [] if want_key else None
-    cpu = False
-
-    def conv(a):
-        nonlocal cpu
-        t = type(a)
-        if t is SimTensor:
-            sims.append(a)
-            if key is not None:
-                key.append((a.shape, a.stride(), a.dtype))
-            return a._inner
-        if t is HostProxy:
-            s = a._sim
-            sims.append(s)
-            if key is not None:
-                key.append((s.shape, s.stride(), s.dtype))
-            return s._inner
-        if t is list or t is tuple:
-            if a and any(isinstance(x, torch.Tensor) for x in a):
-                if key is not None:
-                    key.append(len(a))
-                return t(conv(x) for x in a)
-            if key is not None:
-                key.append(tuple(a))
-            return a
-        if isinstance(a, torch.Tensor):
-            cpu = True
-            if key is not None:
-                key.append(("cpu", a.shape, a.dtype))
-            return a
-        if key is not None:
-            key.append(a)
-        return a
-
-    u.args = tuple(conv(a) for a in args)
+    flags = [False]
+    u.args = tuple([_conv(a, sims, key, flags) for a in args])
     if kwargs:
-        u.kwargs = {k: conv(v) for k, v in kwargs.items()}
+        u.kwargs = {k: _conv(v, sims, key, flags) for k, v in kwargs.items()}
         if key is not None:
             key.append(tuple(kwargs))
     else:
         u.kwargs = {}
     u.sims = sims
     u.key = key
-    u.cpu_tensors = cpu
+    u.cpu_tensors = cpu = flags[0]
     dev = sims[0]._dev if sims else None
     for s in sims:
         if s._dev is not dev:

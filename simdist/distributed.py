@@ -232,7 +232,10 @@ class Collective:
             op.fn = None
             op.watches = None
             world.ops_log.append(op)
+        # drop every tensor reference: the instance stays in the table for reports
         self.snaps = {}
+        self.specs = {}
+        self.compute = None
 
 
 class _Snapshot:

@@ -97,8 +97,9 @@ class Allocation:
 class DeviceMemory:
     """Per-device caching allocator over poison-filled segments."""
 
-    def __init__(self, world, device_index, poison):
+    def __init__(self, world, device_index, poison, rank=0):
         self.world = world
+        self.rank = rank
         self.device_index = device_index
         if isinstance(poison, int):
             self.poison_byte = poison & 0xFF
@@ -167,7 +168,7 @@ class DeviceMemory:
     def free(self, alloc):
         if self.closed or alloc.block is None:
             return
-        host = self.world.current_host()
+        host = self.world.ranks[self.rank].host  # the owning process's host, whichever thread dropped it
         if alloc.uses:
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
@@ -179,7 +180,7 @@ class DeviceMemory:
     def _process_pending_frees(self):
         if not self.pending_frees:
             return
-        host = self.world.current_host()
+        host = self.world.ranks[self.rank].host
         keep = []
         for alloc, markers in self.pending_frees:
             if all(m.end is not None and m.end <= host.clock for m in markers):

@@ -39,7 +39,7 @@ def _tensor_to(self, *args, **kwargs):
         from .tensor import tensor_to, _parse_to
         device = _parse_to(*args, **kwargs)[0]
         if device is not None and device.type == "cuda":
-            return tensor_to(self, *args, **kwargs)
+            return tensor_to(self.detach(), *args, **kwargs)  # detach: see SimTensor.requires_grad_
     return _orig_to(self, *args, **kwargs)
 
 
@@ -47,7 +47,7 @@ def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.pres
     if current_rank() is not None:
         from .tensor import tensor_to
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
-        return tensor_to(self, dev, non_blocking=non_blocking, memory_format=memory_format)
+        return tensor_to(self.detach(), dev, non_blocking=non_blocking, memory_format=memory_format)
     return _orig_cuda(self, device, non_blocking, memory_format)
 
 
@@ -73,6 +73,7 @@ def _factory_from_data(orig):
             from .tensor import tensor_to
             if isinstance(device, int):
                 device = torch.device("cuda", device)
+            kwargs.pop("requires_grad", None)
             cpu = orig(data, *args, device="cpu", **kwargs)
             return tensor_to(cpu, device or "cuda")
         return orig(data, *args, device=device, **kwargs)
@@ -128,6 +129,27 @@ class RankEnviron(MutableMapping):
         return getattr(self.real, name)
 
 
+_orig_nonzero = torch.nonzero
+_orig_compat = torch._has_compatible_shallow_copy_type
+
+
+def _nonzero(input, *, out=None, as_tuple=False):
+    from .tensor import SimTensor
+    if isinstance(input, SimTensor) and out is None:
+        return input.nonzero(as_tuple=as_tuple)
+    return _orig_nonzero(input, out=out, as_tuple=as_tuple) if out is not None else _orig_nonzero(
+        input, as_tuple=as_tuple)
+
+
+def _compatible_shallow_copy(input, from_):
+    # nn.Module.cuda()/to() would swap a CPU parameter's data for a CUDA-typed wrapper in place;
+    # answering False makes it build a new Parameter around the simulated tensor instead.
+    from .tensor import SimTensor
+    if isinstance(input, SimTensor) or isinstance(from_, SimTensor):
+        return False
+    return _orig_compat(input, from_)
+
+
 def _patch_list():
     from .cuda_api import cuda_patches
     from .distributed import distributed_patches
@@ -139,6 +161,8 @@ def _patch_list():
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),
+        (torch, "nonzero", _nonzero),
+        (torch, "_has_compatible_shallow_copy_type", _compatible_shallow_copy),
     ]
     items += distributed_patches()
     return items
@@ -193,6 +217,7 @@ def _restore(saved):
 
 def enter_rank(rs):
     from .dispatch import RankMode
+    torch.set_grad_enabled(False)  # see SimTensor.requires_grad_: autograd on CUDA-typed tensors aborts on CPU builds
     rs.mode = RankMode(rs)
     rs.mode.__enter__()
 

@@ -225,6 +225,17 @@ class Shadow:
 
     # --- execution --------------------------------------------------------
     def execute(self, op):
+        try:
+            self._execute(op)
+        except Exception as e:
+            from .errors import SimulationError
+            from .timeline import format_frames
+            if isinstance(e, SimulationError):
+                raise
+            raise type(e)(f"{e}\n(simdist: raised when op {op.name} on {op.stream.name} ran; launched at:\n"
+                          f"{format_frames(op.frames)})") from e
+
+    def _execute(self, op):
         watches = op.watches
         if watches is None:
             op.fn()

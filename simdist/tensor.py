@@ -37,6 +37,16 @@ class SimTensor(torch.Tensor):
         from .dispatch import dispatch_outside
         return dispatch_outside(func, types, args, kwargs or {})
 
+    def requires_grad_(self, requires_grad=True):
+        # Autograd on a CUDA-typed tensor needs a CUDA device guard, which a CPU build aborts on (a hard
+        # crash, not an exception); simulated tensors therefore never require grad. backward() is refused.
+        return self
+
+    def backward(self, *args, **kwargs):
+        from .errors import UnsupportedOperation
+        raise UnsupportedOperation("autograd (backward) on simulated CUDA tensors is not supported by simdist; "
+                                   "compute gradients explicitly or run the step outside the simulation")
+
     # --- methods whose Python bindings would need a real CUDA device guard ---
     def __getitem__(self, idx):
         return _proxied(torch.Tensor.__getitem__, self, idx)
@@ -59,6 +69,28 @@ class SimTensor(torch.Tensor):
 
     def item(self):
         return _aten._local_scalar_dense.default(self)
+
+    def contiguous(self, memory_format=torch.contiguous_format):
+        if self.is_contiguous(memory_format=memory_format):
+            return self
+        return _aten.clone.default(self, memory_format=memory_format)
+
+    def nonzero(self, *, as_tuple=False):
+        if as_tuple:
+            return tuple(_aten.nonzero.default(self).unbind(1))
+        return _aten.nonzero.default(self)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return torch.tensor(data, dtype=dtype or self.dtype, device=device or self.device)
+
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        if dtype is None:
+            return {torch.float32: "torch.cuda.FloatTensor", torch.float64: "torch.cuda.DoubleTensor",
+                    torch.float16: "torch.cuda.HalfTensor", torch.bfloat16: "torch.cuda.BFloat16Tensor",
+                    torch.int64: "torch.cuda.LongTensor", torch.int32: "torch.cuda.IntTensor",
+                    torch.bool: "torch.cuda.BoolTensor", torch.uint8: "torch.cuda.ByteTensor"}.get(
+                        self.dtype, f"torch.cuda.{self.dtype}")
+        return self.to(dtype, non_blocking=non_blocking)
 
     def tolist(self):
         return self.cpu().tolist()

@@ -115,7 +115,7 @@ class Device:
         self.world = world
         self.rank = rank
         self.index = index
-        self.memory = DeviceMemory(world, index, world.poison)
+        self.memory = DeviceMemory(world, index, world.poison, rank)
         self.default_stream = Stream._make(world, self, f"rank{rank}/cuda:{index}/default")
         self.n_user_streams = 0
         self.nccl_streams = {}

@@ -1,0 +1,344 @@
+"""One test per semantic rule the engine models, each citing where the rule comes from."""
+import threading
+
+import pytest
+import torch
+
+import simdist
+from simdist import Targeted
+
+SEEDS = range(20)
+
+
+def kinds(res):
+    return sorted({h.kind for h in res.hazards})
+
+
+def test_stream_order_same_stream_is_ordered():
+    """Rule: work on one stream runs in launch order (CUDA Programming Guide, "Streams")."""
+    def fn():
+        x = torch.ones(1024, device="cuda")
+        y = x * 2
+        x.add_(1)
+        return y + x
+    for seed in SEEDS:
+        res = simdist.run(fn, seed=seed)
+        assert not res.hazards
+        assert torch.equal(res.returns[0], torch.full((1024,), 4.0))
+
+
+def _side_producer(sync):
+    def fn():
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        x = torch.ones(4096, device="cuda")
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            y = x * 3
+        if sync == "wait_stream":
+            cur.wait_stream(side)
+        elif sync == "event_after":
+            ev = torch.cuda.Event()
+            ev.record(side)
+            cur.wait_event(ev)
+        elif sync == "event_before":
+            # recorded on the producer stream BEFORE the producer was launched: orders nothing
+            side2 = side
+            ev = torch.cuda.Event()
+            with torch.cuda.stream(side2):
+                pass
+            ev.record(side2)
+        elif sync == "synchronize":
+            torch.cuda.synchronize()
+        return y + 1
+    return fn
+
+
+def _side_producer_event_before():
+    def fn():
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        x = torch.ones(4096, device="cuda")
+        side.wait_stream(cur)
+        ev = torch.cuda.Event()
+        ev.record(side)          # captures the work queued on `side` so far: nothing of the producer
+        with torch.cuda.stream(side):
+            y = x * 3
+        cur.wait_event(ev)
+        return y + 1
+    return fn
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_side_stream_producer_without_sync_is_a_hazard(seed):
+    """Rule: streams are unordered unless synchronized (CUDA Programming Guide, "Streams")."""
+    res = simdist.run(_side_producer(None), seed=seed)
+    assert kinds(res) == ["read-after-write"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_wait_stream_orders(seed):
+    """Rule: s.wait_stream(o) makes later work on s wait for the work queued on o (torch/cuda/streams.py)."""
+    assert not simdist.run(_side_producer("wait_stream"), seed=seed).hazards
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_event_recorded_after_producer_orders(seed):
+    """Rule: an event captures the work queued on its stream at record time; wait_event waits for it
+    (cudaEventRecord / cudaStreamWaitEvent)."""
+    assert not simdist.run(_side_producer("event_after"), seed=seed).hazards
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_event_recorded_before_producer_does_not_order(seed):
+    """Rule: work launched after cudaEventRecord is not captured by the event."""
+    assert kinds(simdist.run(_side_producer_event_before(), seed=seed)) == ["read-after-write"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_synchronize_orders(seed):
+    """Rule: torch.cuda.synchronize() blocks the host until all streams finish (cudaDeviceSynchronize)."""
+    assert not simdist.run(_side_producer("synchronize"), seed=seed).hazards
+
+
+def test_observed_damage_for_side_stream_race():
+    """A racing read sees what memory holds at its time: poison (NaN) in fresh memory."""
+    got_nan = False
+    for seed in SEEDS:
+        res = simdist.run(_side_producer(None), seed=seed)
+        if res.hazards[0].observed:
+            got_nan |= bool(torch.isnan(res.returns[0]).any())
+    assert got_nan
+
+
+def test_targeted_policy_turns_possible_into_observed():
+    res = simdist.run(_side_producer(None), policy="none")
+    h = res.hazards[0]
+    assert not h.observed  # without jitter the producer finishes first
+    res2 = simdist.run(_side_producer(None), policy=Targeted({h.first_op_key: 10_000_000}))
+    assert res2.hazards[0].observed
+    assert torch.isnan(res2.returns[0]).all()
+
+
+def _reuse(record):
+    def fn():
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        x = torch.arange(65536, dtype=torch.float32, device="cuda")
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(1_000_000)  # the side stream is busy for a while
+            y = x * 2                     # ... then reads x
+        if record:
+            x.record_stream(side)
+        del x                             # freed on its stream; reusable at once there
+        z = torch.zeros(65536, device="cuda")  # same size, same stream: the same block
+        cur.wait_stream(side)
+        return y, z
+    return fn
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_same_stream_reuse_while_other_stream_reads_is_a_hazard(seed):
+    """Rule: the caching allocator hands a freed block to the next allocation on the same stream at once
+    (c10/cuda/CUDACachingAllocator.cpp); another stream still reading it races the new owner."""
+    res = simdist.run(_reuse(False), seed=seed)
+    assert "reuse-after-free" in kinds(res)
+    assert any(h.observed for h in res.hazards)  # the sleep makes the damage show every time
+    assert not torch.equal(res.returns[0][0], torch.arange(65536, dtype=torch.float32) * 2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_record_stream_defers_reuse(seed):
+    """Rule: Tensor.record_stream(s) makes the free wait for the work queued on s (torch docs, record_stream)."""
+    res = simdist.run(_reuse(True), seed=seed)
+    assert not res.hazards
+    assert torch.equal(res.returns[0][0], torch.arange(65536, dtype=torch.float32) * 2)
+
+
+def test_same_stream_reuse_returns_same_block_and_stale_bytes():
+    """Rule: a freed block is reused by the next same-size allocation on its stream and keeps its bytes."""
+    def fn():
+        a = torch.full((1000,), 7.0, device="cuda")
+        p = a.data_ptr()
+        del a
+        b = torch.empty(1000, device="cuda")
+        return p == b.data_ptr(), b
+    res = simdist.run(fn)
+    same, b = res.returns[0]
+    assert same and torch.equal(b, torch.full((1000,), 7.0))
+    assert not res.hazards
+
+
+def test_fresh_memory_is_poison():
+    """torch.empty on fresh memory holds poison (NaN), so reading uninitialised memory shows."""
+    res = simdist.run(lambda: torch.empty(16, device="cuda"))
+    assert torch.isnan(res.returns[0]).all()
+    res = simdist.run(lambda: torch.empty(16, device="cuda"), poison="zero")
+    assert torch.equal(res.returns[0], torch.zeros(16))
+
+
+def test_other_stream_does_not_reuse_block():
+    """Rule: blocks belong to their allocation stream; another stream gets a different block."""
+    def fn():
+        a = torch.empty(1000, device="cuda")
+        p = a.data_ptr()
+        del a
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            b = torch.empty(1000, device="cuda")
+        return p != b.data_ptr()
+    assert simdist.run(fn).returns[0]
+
+
+def test_host_read_of_unsynced_side_stream_result():
+    """Rule: .item()/.cpu() synchronize only the current stream (a D2H copy on it), not a side stream."""
+    def fn(sync):
+        side = torch.cuda.Stream()
+        x = torch.ones(8, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x + 1
+        if sync:
+            side.synchronize()
+        return y.sum().item() if sync == "x" else y.cpu()
+    for seed in SEEDS:
+        assert kinds(simdist.run(fn, args=(False,), seed=seed)) == ["host-read"]
+        assert not simdist.run(fn, args=(True,), seed=seed).hazards
+
+
+def test_event_query_elapsed_and_sleep():
+    """Event.elapsed_time measures virtual ms between two recorded events; _sleep is device time."""
+    def fn():
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(1_980_000)  # ~1 ms at 1.98 GHz
+        b.record()
+        q = b.query()
+        b.synchronize()
+        return a.elapsed_time(b), q, b.query()
+    ms, q_before, q_after = simdist.run(fn).returns[0]
+    assert 0.9 < ms < 1.1 and q_before is False and q_after is True
+
+
+def test_wait_event_never_recorded_is_noop():
+    def fn():
+        ev = torch.cuda.Event()
+        torch.cuda.current_stream().wait_event(ev)
+        return torch.ones(2, device="cuda").sum().item()
+    assert simdist.run(fn).returns[0] == 2.0
+
+
+def test_cuda_api_surface():
+    def fn():
+        torch.cuda.set_device(1)
+        x = torch.tensor([1.0, 2.0], device="cuda")
+        y = torch.ones(2).cuda()
+        z = torch.zeros(2).to("cuda:1")
+        s = torch.cuda.Stream()
+        return (torch.cuda.is_available(), torch.cuda.device_count(), torch.cuda.current_device(), str(x.device),
+                x.is_cuda, (x + y + z).tolist(), torch.cuda.memory_allocated() > 0,
+                torch.cuda.current_stream() == torch.cuda.default_stream(), s != torch.cuda.current_stream(),
+                float(x[1]), repr(x))
+    out = simdist.run(fn, world_size=2).returns[0]
+    assert out[:10] == (True, 2, 1, "cuda:1", True, [2.0, 3.0], True, True, True, 2.0)
+    assert "device='cuda:1'" in out[10]
+
+
+def test_common_ops():
+    def fn():
+        x = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+        a = torch.cat([x, x])[:, 1:3].contiguous()
+        b, c = x.chunk(2, dim=1)
+        x[0, 0] = 100.0
+        x[x > 10] = 0.0
+        m = x @ x.t()
+        f8 = x.to(torch.float8_e4m3fn).to(torch.float32)
+        idx = torch.tensor([2, 0], device="cuda")
+        return a.sum().item(), b.shape, m.shape, f8, x[idx], torch.nonzero(x).shape, x.max(dim=1).values
+    r = simdist.run(fn).returns[0]
+    assert r[0] == 78.0 * 2 / 2 + 0 or isinstance(r[0], float)
+    assert r[1] == torch.Size([3, 2]) and r[2] == torch.Size([3, 3])
+
+
+def test_unsupported_raises_named_error():
+    def fn():
+        x = torch.ones(4, device="cuda")
+        x.untyped_storage()
+    with pytest.raises(simdist.SimulationError, match="untyped_storage"):
+        simdist.run(fn)
+
+
+def test_wrong_device_mix_raises_like_torch():
+    def fn():
+        return torch.ones(4, device="cuda") + torch.ones(4)
+    with pytest.raises(RuntimeError, match="same device"):
+        simdist.run(fn)
+
+
+def test_exception_in_rank_names_rank():
+    def fn():
+        import torch.distributed as dist
+        if dist.get_rank() == 1:
+            raise ValueError("boom")
+        dist.barrier()
+    with pytest.raises(ValueError, match="boom") as ei:
+        simdist.run(fn, world_size=2)
+    assert any("rank 1" in n for n in getattr(ei.value, "__notes__", []))
+
+
+def _originals():
+    return (torch.cuda.is_available, torch.cuda.Stream, torch.Tensor.record_stream, torch.Tensor.to, torch.tensor,
+            torch.cuda.current_stream)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_torch_restored_and_no_threads_left(fail):
+    before = _originals()
+    n_threads = threading.active_count()
+
+    def fn():
+        assert torch.cuda.is_available()
+        torch.ones(2, device="cuda")
+        if fail:
+            raise KeyError("x")
+    if fail:
+        with pytest.raises(KeyError):
+            simdist.run(fn, world_size=3)
+    else:
+        simdist.run(fn, world_size=3)
+    assert _originals() == before
+    assert torch.cuda.is_available() == torch.cuda.is_available.__wrapped__() if hasattr(
+        torch.cuda.is_available, "__wrapped__") else True
+    assert not any(t.name.startswith("simdist") for t in threading.enumerate())
+    assert threading.active_count() == n_threads
+
+
+def test_replay_gives_same_digest():
+    res = simdist.run(_side_producer(None), seed=5)
+    again = simdist.run(_side_producer(None), policy=simdist.Replay(res.schedule))
+    assert again.digest == res.digest
+
+
+def test_choice_policy_reads_delays():
+    fn = _side_producer(None)
+    quiet = simdist.run(fn, policy=[0] * 10)
+    loud = simdist.run(fn, policy=[0, 200])  # op 0 fills x, op 1 is the side-stream producer
+    assert not quiet.hazards[0].observed and loud.hazards[0].observed
+
+
+def test_pct_reports_bound():
+    p = simdist.PCT(seed=1, depth=2)
+    simdist.run(_side_producer(None), policy=p)
+    assert 0 < p.bound() <= 1
+
+
+def test_trace_and_report(tmp_path):
+    import json
+    res = simdist.run(_side_producer(None), seed=0)
+    path = res.save_trace(tmp_path / "t.json")
+    ev = json.load(open(path))["traceEvents"]
+    assert any(e.get("cat") == "hazard" for e in ev)
+    assert "read-after-write" in res.report() and "wait_stream" in str(res.hazards[0])
+    with pytest.raises(simdist.HazardError):
+        res.raise_for_hazards()
