@@ -187,7 +187,8 @@ class Collective:
         world = self.state.world
         self.started += 1
         world.push(op.start, _Snapshot(self, op))
-        if self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks):
+        if (self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks)
+                and all(o.start is not None for o in self.arrived.values())):
             self._finish_timing()
 
     def _finish_timing(self):
@@ -410,11 +411,9 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
     world = rs.world
     state = world.dist
     inst = state.instance(rs, g, kind)
-    if not isinstance(inst, Collective) or inst.kind != kind:
-        other = next(iter(inst.calls.values()))[0] if inst.calls else inst.kind
-        raise CollectiveMismatch(f"ranks issued different collectives as call #{inst.seq} on group {g.name}: "
-                                 f"rank {rs.rank} called {desc}, another rank called {other}")
     frames = capture_frames()
+    if not isinstance(inst, Collective) or inst.kind != kind:
+        _mismatch(inst, g, rs, desc, frames)
     inst.register(rs, desc, sig, frames)
     inst.compute = compute
     inst.specs[rs.rank] = (list(reads if reads is not None else inputs), list(outputs))
@@ -457,8 +456,12 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
     return None
 
 
-def _tag(kwargs):
-    return kwargs
+def _mismatch(inst, g, rs, desc, frames):
+    lines = [f"ranks issued different collectives as call #{inst.seq} on group {g.name} {g.ranks}:"]
+    for r, (d2, _s, f2) in sorted(inst.calls.items()):
+        lines.append(f"  rank {r}: {d2}\n{format_frames(f2, '      ')}")
+    lines.append(f"  rank {rs.rank}: {desc}\n{format_frames(frames, '      ')}")
+    raise CollectiveMismatch("\n".join(lines))
 
 
 def all_reduce(tensor, op=None, group=None, async_op=False):
@@ -670,7 +673,7 @@ def _p2p(rs, tensor, peer, is_send, group, async_op):
     pg = state.__dict__.setdefault("_p2p_groups", {})
     pair = pg.get((g.id, src, dst))
     if pair is None:
-        pair = pg[(g.id, src, dst)] = ProcessGroup(-1, sorted((src, dst)), f"p2p:{src}->{dst}")
+        pair = pg[(g.id, src, dst)] = ProcessGroup(("p2p", g.id, src, dst), sorted((src, dst)), f"p2p:{src}->{dst}")
     pair.seq[rs.rank] = cnt - 1
     desc = f"{'send' if is_send else 'recv'}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={peer})"
     sig = ("p2p", _sig_t(t))
@@ -728,8 +731,7 @@ def _object_exchange(what, group, payload):
     rs.wait_op(cur.record_marker(rs.host), what)  # objects travel as device tensors, read back by the host
     inst = state.instance(rs, g, "object")
     if not isinstance(inst, HostRendezvous):
-        raise CollectiveMismatch(f"ranks issued different collectives as call #{inst.seq} on group {g.name}: "
-                                 f"rank {rs.rank} called {what}, another rank a tensor collective")
+        _mismatch(inst, g, rs, what, capture_frames())
     inst.register(rs, what, (what,), capture_frames())
     inst.arrive(rs, payload)
     if not inst.complete:

@@ -1,0 +1,302 @@
+"""Simulated torch.distributed: values, NCCL stream semantics per profile, cross-rank checks."""
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import simdist
+
+SEEDS = range(20)
+
+
+def _vals(r, n=6, dtype=torch.float32):
+    return (torch.arange(n, dtype=torch.float32) + 10 * r).to(dtype)
+
+
+def collective_program(kind, async_op, sub):
+    def fn():
+        W = dist.get_world_size()
+        me = dist.get_rank()
+        g = None
+        ranks = list(range(W))
+        if sub and W >= 2:
+            evens, odds = dist.new_group([r for r in range(W) if r % 2 == 0]), dist.new_group(
+                [r for r in range(W) if r % 2 == 1])
+            g = evens if me % 2 == 0 else odds
+            ranks = [r for r in range(W) if r % 2 == me % 2]
+        n = len(ranks)
+        gr = ranks.index(me)
+        x = _vals(me).cuda()
+        w = None
+        if kind.startswith("all_reduce"):
+            op = getattr(dist.ReduceOp, kind.split(":")[1])
+            w = dist.all_reduce(x, op=op, group=g, async_op=async_op)
+            out = x
+        elif kind == "all_gather":
+            out = [torch.empty_like(x) for _ in range(n)]
+            w = dist.all_gather(out, x, group=g, async_op=async_op)
+        elif kind == "all_gather_into_tensor":
+            out = torch.empty(n * 6, device="cuda")
+            w = dist.all_gather_into_tensor(out, x, group=g, async_op=async_op)
+        elif kind == "reduce_scatter_tensor":
+            inp = torch.cat([_vals(me) + k for k in range(n)]).cuda()
+            out = torch.empty(6, device="cuda")
+            w = dist.reduce_scatter_tensor(out, inp, group=g, async_op=async_op)
+        elif kind == "reduce_scatter":
+            out = torch.empty(6, device="cuda")
+            w = dist.reduce_scatter(out, [(_vals(me) + k).cuda() for k in range(n)], group=g, async_op=async_op)
+        elif kind == "broadcast":
+            w = dist.broadcast(x, src=ranks[-1], group=g, async_op=async_op)
+            out = x
+        elif kind == "reduce":
+            w = dist.reduce(x, dst=ranks[0], group=g, async_op=async_op)
+            out = x if me == ranks[0] else None
+        elif kind == "all_to_all_single":
+            inp = torch.cat([_vals(me) + k for k in range(n)]).cuda()
+            out = torch.empty(n * 6, device="cuda")
+            w = dist.all_to_all_single(out, inp, group=g, async_op=async_op)
+        elif kind == "all_to_all":
+            out = [torch.empty(6, device="cuda") for _ in range(n)]
+            w = dist.all_to_all(out, [(_vals(me) + k).cuda() for k in range(n)], group=g, async_op=async_op)
+        elif kind == "gather":
+            out = [torch.empty(6, device="cuda") for _ in range(n)] if me == ranks[0] else None
+            w = dist.gather(x, out, dst=ranks[0], group=g, async_op=async_op)
+        elif kind == "scatter":
+            out = torch.empty(6, device="cuda")
+            src = [(_vals(ranks[0]) + k).cuda() for k in range(n)] if me == ranks[0] else None
+            w = dist.scatter(out, src, src=ranks[0], group=g, async_op=async_op)
+        if w is not None:
+            w.wait()
+        return out
+    return fn
+
+
+def expected(kind, me, ranks):
+    n = len(ranks)
+    gr = ranks.index(me)
+    if kind.startswith("all_reduce"):
+        op = kind.split(":")[1]
+        vs = [_vals(r) for r in ranks]
+        if op == "SUM":
+            return sum(vs[1:], vs[0].clone())
+        if op == "AVG":
+            return sum(vs[1:], vs[0].clone()) / n
+        if op == "MAX":
+            return torch.stack(vs).amax(0)
+        if op == "MIN":
+            return torch.stack(vs).amin(0)
+        if op == "PRODUCT":
+            return torch.stack(vs).prod(0)
+    if kind == "all_gather":
+        return [_vals(r) for r in ranks]
+    if kind == "all_gather_into_tensor":
+        return torch.cat([_vals(r) for r in ranks])
+    if kind in ("reduce_scatter_tensor", "reduce_scatter"):
+        return sum((_vals(r) + gr for r in ranks[1:]), _vals(ranks[0]) + gr)
+    if kind == "broadcast":
+        return _vals(ranks[-1])
+    if kind == "reduce":
+        return sum((_vals(r) for r in ranks[1:]), _vals(ranks[0])) if me == ranks[0] else None
+    if kind == "all_to_all_single":
+        return torch.cat([_vals(r) + gr for r in ranks])
+    if kind == "all_to_all":
+        return [_vals(r) + gr for r in ranks]
+    if kind == "gather":
+        return [_vals(r) for r in ranks] if me == ranks[0] else None
+    if kind == "scatter":
+        return _vals(ranks[0]) + gr
+
+
+KINDS = ["all_reduce:SUM", "all_reduce:AVG", "all_reduce:MAX", "all_reduce:MIN", "all_reduce:PRODUCT", "all_gather",
+         "all_gather_into_tensor", "reduce_scatter_tensor", "reduce_scatter", "broadcast", "reduce",
+         "all_to_all_single", "all_to_all", "gather", "scatter"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
+def test_collective_values(kind, world):
+    for async_op, sub, nccl in ((False, False, "2.8"), (True, True, "2.7"), (False, True, "2.7"), (True, False, "2.8")):
+        res = simdist.run(collective_program(kind, async_op, sub), world_size=world, nccl=nccl, seed=world)
+        assert not res.hazards, res.report()
+        for me in range(world):
+            ranks = [r for r in range(world) if (r % 2 == me % 2 or not sub or world < 2)]
+            got, exp = res.returns[me], expected(kind, me, ranks)
+            if isinstance(exp, list):
+                assert len(got) == len(exp) and all(torch.equal(a, b) for a, b in zip(got, exp)), (kind, me)
+            elif exp is None:
+                assert got is None
+            else:
+                assert torch.equal(got, exp), (kind, me, got, exp)
+
+
+def test_p2p_and_objects_and_groups():
+    def fn():
+        me, W = dist.get_rank(), dist.get_world_size()
+        x = torch.full((4,), float(me), device="cuda")
+        y = torch.empty(4, device="cuda")
+        if me % 2 == 0:
+            dist.send(x, dst=me + 1)
+            dist.recv(y, src=me + 1)
+        else:
+            dist.recv(y, src=me - 1)
+            dist.send(x, dst=me - 1)
+        z = torch.empty(4, device="cuda")
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (me + 1) % W),
+                                       dist.P2POp(dist.irecv, z, (me - 1) % W)])
+        for r in reqs:
+            r.wait()
+        objs = [None] * W
+        dist.all_gather_object(objs, {"rank": me})
+        bl = [me * 100] if me == 0 else [None]
+        dist.broadcast_object_list(bl, src=0)
+        cur, subs = dist.new_subgroups(2)
+        return (y.tolist(), z.tolist(), objs, bl, dist.get_rank(cur), dist.get_world_size(cur),
+                dist.get_process_group_ranks(cur), dist.get_global_rank(cur, 0), len(subs))
+    res = simdist.run(fn, world_size=4)
+    for me in range(4):
+        y, z, objs, bl, gr, gw, granks, g0, nsub = res.returns[me]
+        assert y == [float(me ^ 1)] * 4 and z == [float((me - 1) % 4)] * 4
+        assert objs == [{"rank": r} for r in range(4)] and bl == [0]
+        assert (gr, gw, granks, g0, nsub) == (me % 2, 2, [me - me % 2, me - me % 2 + 1], me - me % 2, 2)
+
+
+# --- FACTS.md "Ground truth on real GPUs", as tests --------------------------------------
+def blockwise_refit(variant):
+    """TP=2: dequantize 128x128-tile FP8 params, all_gather_into_tensor over NCCL (FACTS.md)."""
+    def fn():
+        r = dist.get_rank()
+        g = torch.Generator().manual_seed(r)
+        data = torch.randn(256, 256, generator=g).to(torch.float8_e4m3fn).cuda()
+        scale_inv = (torch.rand(2, 2, generator=g) + 0.5).cuda()
+        out = torch.empty(512, 256, dtype=torch.bfloat16, device="cuda")
+        cur = torch.cuda.current_stream()
+
+        def dequantize():
+            tiles = data.view(2, 128, 2, 128).float() * scale_inv[:, None, :, None]
+            return tiles.reshape(256, 256).to(torch.bfloat16)
+        if variant == "current" or variant.startswith("async"):
+            w = dequantize()
+        else:
+            side = torch.cuda.Stream()
+            side.wait_stream(cur)
+            with torch.cuda.stream(side):
+                w = dequantize()
+            if variant == "wait_stream":
+                cur.wait_stream(side)
+                w.record_stream(cur)
+            elif variant == "synchronize":
+                torch.cuda.synchronize()
+        if variant == "async_read_before_wait":
+            work = dist.all_gather_into_tensor(out, w, async_op=True)
+            early = out.float() * 1
+            work.wait()
+            return early
+        if variant == "async_wait":
+            work = dist.all_gather_into_tensor(out, w, async_op=True)
+            work.wait()
+            return out.float() * 1
+        if variant == "async_input_overwritten":
+            work = dist.all_gather_into_tensor(out, w, async_op=True)
+            w.zero_()
+            work.wait()
+            return out
+        dist.all_gather_into_tensor(out, w)
+        return out
+    return fn
+
+
+GROUND_TRUTH = {"side_no_sync": True, "wait_stream": False, "synchronize": False, "current": False,
+                "async_read_before_wait": True, "async_wait": False, "async_input_overwritten": True}
+
+
+@pytest.mark.parametrize("nccl", ["2.7", "2.8"])
+@pytest.mark.parametrize("variant", list(GROUND_TRUTH))
+def test_gpu_ground_truth(variant, nccl):
+    observed = 0
+    for seed in SEEDS:
+        res = simdist.run(blockwise_refit(variant), world_size=2, seed=seed, nccl=nccl)
+        assert bool(res.hazards) is GROUND_TRUTH[variant], (variant, seed, res.report())
+        observed += any(h.observed for h in res.hazards)
+    if GROUND_TRUTH[variant]:
+        assert observed > 0
+
+
+# --- cross-rank checks ----------------------------------------------------------------
+def test_mismatch_names_both_ranks_quickly():
+    def fn():
+        x = torch.ones(4, device="cuda")
+        if dist.get_rank() == 0:
+            dist.all_reduce(x)
+        else:
+            dist.broadcast(x, src=0)
+    t = time.time()
+    with pytest.raises(simdist.CollectiveMismatch) as ei:
+        simdist.run(fn, world_size=2)
+    assert time.time() - t < 5
+    msg = str(ei.value)
+    assert "rank 0" in msg and "rank 1" in msg and "all_reduce" in msg and "broadcast" in msg
+
+
+def test_size_mismatch():
+    def fn():
+        dist.all_reduce(torch.ones(4 + dist.get_rank(), device="cuda"))
+    with pytest.raises(simdist.CollectiveMismatch, match="float32\\[5\\]"):
+        simdist.run(fn, world_size=2)
+
+
+@pytest.mark.parametrize("case", ["skip_barrier", "recv_nobody_sends"])
+def test_deadlock_reported_quickly(case):
+    def fn():
+        if case == "skip_barrier":
+            if dist.get_rank() == 0:
+                dist.barrier()
+        else:
+            y = torch.empty(4, device="cuda")
+            if dist.get_rank() == 1:
+                dist.recv(y, src=0)
+                y.sum().item()
+    t = time.time()
+    with pytest.raises(simdist.Deadlock) as ei:
+        simdist.run(fn, world_size=2)
+    assert time.time() - t < 5
+    msg = str(ei.value)
+    assert "rank 0" in msg and "rank 1" in msg
+    assert not any(t.name.startswith("simdist") for t in threading.enumerate())
+
+
+def test_group_misuse_is_clear():
+    def fn():
+        g = dist.new_group([0])
+        if dist.get_rank() == 1:
+            dist.all_reduce(torch.ones(1, device="cuda"), group=g)
+    with pytest.raises(simdist.SimulationError, match="not a member"):
+        simdist.run(fn, world_size=2)
+
+    def fn2():
+        dist.all_reduce(torch.ones(1, device="cuda"), group="tp")
+    with pytest.raises(simdist.SimulationError, match="unknown process group"):
+        simdist.run(fn2, world_size=2)
+
+
+def test_64_ranks_tp_pp_dp():
+    def fn():
+        me = dist.get_rank()
+        tp, pp, dp = 4, 4, 4
+        groups = {}
+        for kind, size, stride in (("tp", tp, 1), ("dp", dp, tp), ("pp", pp, tp * dp)):
+            for base in range(64):
+                ranks = [base + k * stride for k in range(size)]
+                if base == min(ranks) and all(r < 64 for r in ranks) and (base % (stride * size)) < stride:
+                    g = dist.new_group(ranks)
+                    if me in ranks:
+                        groups[kind] = g
+        x = torch.ones(8, device="cuda")
+        for kind in ("tp", "dp", "pp"):
+            dist.all_reduce(x, group=groups[kind])
+        return x[0].item()
+    t = time.time()
+    res = simdist.run(fn, world_size=64)
+    assert all(v == 64.0 for v in res.returns)
+    assert time.time() - t < 30
