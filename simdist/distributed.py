@@ -160,6 +160,7 @@ class Collective:
         self.calls = {}  # rank -> (description, signature, frames)
         self.specs = {}  # rank -> (inputs, outputs, compute-role)
         self.snaps = {}
+        self.snapped = set()
         self.started = 0
         self.complete = False
         self.end = None
@@ -207,10 +208,11 @@ class Collective:
             world.resolved(o)
 
     def snapshot_taken(self, op):
-        return op.stream.dev.rank in self.snaps
+        return op.stream.dev.rank in self.snapped
 
     def take_snapshot(self, op):
         r = op.stream.dev.rank
+        self.snapped.add(r)
         ins = self.specs[r][0]
         self.snaps[r] = [t._inner.clone() for t in ins]
 

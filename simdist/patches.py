@@ -173,6 +173,7 @@ class Installed:
 
     def __enter__(self):
         global _active
+        import torch._dynamo  # noqa: F401 - imported lazily by torch otherwise, and it checks patched signatures
         with _lock:
             if _active is not None:
                 from .errors import SimulationError

@@ -165,7 +165,11 @@ class Shadow:
                     continue
                 keep.append(r)
                 if o is None:
-                    self.deferred.append((r, rec, op, alloc.block))
+                    # the order hangs on a collective not joined yet: decide at the end, but watch the
+                    # bytes now so that damage done meanwhile is still seen
+                    prov = _Provisional()
+                    self._watch(prov, r, rec, alloc.block)
+                    self.deferred.append((r, rec, op, alloc.block, prov))
                 else:
                     self.report(r, rec, op, alloc.block)
             keep.append(rec)
@@ -189,6 +193,7 @@ class Shadow:
             h.count += 1
         if watch and not h.observed and h.count <= WATCH_LIMIT and block is not None:
             self._watch(h, r, rec, block)
+        return h
 
     def _access(self, r):
         op = r.op
@@ -218,9 +223,10 @@ class Shadow:
     def finish(self):
         """Re-check accesses whose order hung on collectives that are now resolved."""
         ordered = self.world.tokens.ordered
-        for r, rec, op, block in self.deferred:
+        for r, rec, op, block, prov in self.deferred:
             if ordered(r.op, op) is False:
-                self.report(r, rec, op, block, watch=False)
+                h = self.report(r, rec, op, block, watch=False)
+                h.observed = h.observed or prov.observed
         self.deferred = []
 
     # --- execution --------------------------------------------------------
@@ -254,6 +260,15 @@ class Shadow:
         for w, before in pre:
             if not torch.equal(before, w.data[w.lo:w.hi]):
                 w.hazard.observed = True
+
+
+class _Provisional:
+    """Stands in for a Hazard whose existence is decided at the end of the run."""
+
+    __slots__ = ("observed",)
+
+    def __init__(self):
+        self.observed = False
 
 
 def _read_done(op):

@@ -70,6 +70,9 @@ class SimTensor(torch.Tensor):
     def item(self):
         return _aten._local_scalar_dense.default(self)
 
+    def __invert__(self):
+        return torch.bitwise_not(self)
+
     def contiguous(self, memory_format=torch.contiguous_format):
         if self.is_contiguous(memory_format=memory_format):
             return self
