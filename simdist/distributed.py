@@ -11,7 +11,8 @@ torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp):
 - Work.wait() makes the current stream wait; barrier() also blocks the host.
 Ranks meet at a rendezvous keyed by (group, sequence number): a collective
 starts on each rank at its stream time and ends at the latest start plus its
-cost; it snapshots inputs at each rank's start and writes outputs at the end.
+cost; it reads every input when the last rank has started (NCCL kernels spin
+until their peers arrive) and writes the outputs at the end.
 Gathers and broadcasts are bit-exact; reductions add in rank order.
 Cross-rank checks follow TORCH_DISTRIBUTED_DEBUG=DETAIL: op, sizes, dtypes and
 root must match, else CollectiveMismatch naming every rank's call.
@@ -187,7 +188,6 @@ class Collective:
     def participant_started(self, op):
         world = self.state.world
         self.started += 1
-        world.push(op.start, _Snapshot(self, op))
         if (self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks)
                 and all(o.start is not None for o in self.arrived.values())):
             self._finish_timing()
@@ -196,6 +196,10 @@ class Collective:
         world = self.state.world
         ops = [self.arrived[r] for r in self.group.ranks]
         start = max(o.start for o in ops)
+        # NCCL kernels wait for their peers, so the data moves once the last rank has started:
+        # every input is read at that moment (and every output written at the end)
+        for o in ops:
+            world.push(start, _Snapshot(self, o))
         base = cost.collective_ns(self.kind, self.nbytes, len(ops))
         key = (f"{self.group.name}", self.seq)
         dur = world.policy.collective(key, base)

@@ -6,7 +6,7 @@ Timing rules (DESIGN.md "Engine semantics" 2):
   its launch time) and ends after its duration (cost model x policy);
 - a kernel runs atomically at its end time: it reads and writes memory as it
   stands then (zero-copy, so big tensors cost what eager torch costs);
-  a collective snapshots its inputs at its start and writes at its end;
+  a collective reads its inputs once every rank has started it and writes at its end;
 - an op whose start depends on a collective other ranks have not joined yet
   has no time until they do; it waits in its predecessor's `waiters` list.
 """
