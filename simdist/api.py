@@ -95,6 +95,26 @@ def _hash_value(h, x):
         h.update(repr(x).encode())
 
 
+def _target_of(fn):
+    mod = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+    if mod is None or mod.startswith("__"):
+        main = sys.modules.get(mod or "__main__")
+        path = getattr(main, "__file__", None)
+        return f"{path}:{name}" if path else f"<interactive>:{name}"
+    return f"{mod}:{name}"
+
+
+def _replay_command(fn, world_size, seed, pol, nccl):
+    from .policies import Choice, Jitter
+    cmd = f"simdist run {shlex.quote(_target_of(fn))} --world-size {world_size} --seed {seed} --nccl {nccl}"
+    if isinstance(pol, Choice) and not callable(pol.choices):
+        cmd += f" --delays {','.join(str(int(c)) for c in pol.choices) or '0'}"
+    elif not isinstance(pol, Jitter):
+        cmd += f" --policy {shlex.quote(pol.name)}"
+    return cmd
+
+
 def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=None, poison="nan",
         check_determinism=False, device_count=None, avoid_record_streams=None, set_device=True) -> RunResult:
     """Run `fn(*args, **kwargs)` once per rank in a simulated world of `world_size` GPUs.
@@ -184,7 +204,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     for hz in hazards:
         h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
     digest = h.hexdigest()
-    replay = f"simdist replay --seed {seed} --world-size {world_size} --policy {shlex.quote(pol.describe())}"
+    replay = _replay_command(fn, world_size, seed, pol, nccl)
     return RunResult(returns=returns, hazards=hazards, digest=digest, trace=chrome_trace(world, hazards),
                      schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
                      nccl=nccl, end_time_ns=max((o.end for o in world.ops_log), default=0), ops=len(world.ops_log),

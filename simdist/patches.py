@@ -11,6 +11,7 @@ import threading
 from collections.abc import MutableMapping
 
 import torch
+import torch._dynamo  # noqa: F401 - torch imports it lazily inside a run otherwise, and it checks patched signatures
 
 from .world import current_rank
 
@@ -173,7 +174,6 @@ class Installed:
 
     def __enter__(self):
         global _active
-        import torch._dynamo  # noqa: F401 - imported lazily by torch otherwise, and it checks patched signatures
         with _lock:
             if _active is not None:
                 from .errors import SimulationError

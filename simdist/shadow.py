@@ -164,6 +164,8 @@ class Shadow:
                         keep.append(r)
                     continue
                 keep.append(r)
+                if r.gen != rec.gen and _shadowed(r, rec, records, ordered):
+                    continue  # a newer owner's write, after r, covers the overlap: that write is the race
                 if o is None:
                     # the order hangs on a collective not joined yet: decide at the end, but watch the
                     # bytes now so that damage done meanwhile is still seen
@@ -260,6 +262,15 @@ class Shadow:
         for w, before in pre:
             if not torch.equal(before, w.data[w.lo:w.hi]):
                 w.hazard.observed = True
+
+
+def _shadowed(r, rec, records, ordered):
+    lo, hi = max(r.lo, rec.lo), min(r.hi, rec.hi)
+    for w in records:
+        if (w.write and w.gen == rec.gen and w.contig and w.lo <= lo and hi <= w.hi and w.op is not rec.op
+                and ordered(r.op, w.op)):
+            return True
+    return False
 
 
 class _Provisional:

@@ -1,0 +1,1 @@
+"""simdist benchmarks: `python -m benchmarks` prints a table and writes benchmarks/results.json."""
