@@ -85,9 +85,8 @@ SCENARIOS: dict[str, Scenario] = {}
 # Filled only with a repro in notes_engine_bugs.md; the GPU report marks them.
 KNOWN_SIM_DISAGREEMENTS: dict[str, str] = {
     "pipeline_p2p_exchange_async": (
-        "simdist reports a Deadlock for simultaneous send+receive between the same two ranks (isend/irecv both "
-        "ways, batch_isend_irecv): every P2P pair group has id -1, so the 0->1 and 1->0 transfers share one "
-        "rendezvous key (notes_engine_bugs.md, 'P2P pair groups share one rendezvous key')."),
+        "simdist reports a Deadlock for the documented batch_isend_irecv ring exchange: it runs the batch as "
+        "separate async P2Ps in list order instead of one NCCL group (notes_engine_bugs.md #5)."),
 }
 
 
@@ -892,8 +891,11 @@ def export_corpus(path, seeds=range(20), profiles=PROFILES, world_size: int = 2,
         def ref_of(ref, prof):
             key = (ref, prof)
             if key not in ref_digests:
-                ref_digests[key] = _rank_digests(simdist.run(SCENARIOS[ref].fn, world_size=world_size, seed=0,
-                                                             nccl=prof))
+                try:
+                    ref_digests[key] = _rank_digests(simdist.run(SCENARIOS[ref].fn, world_size=world_size, seed=0,
+                                                                 nccl=prof))
+                except Exception:  # noqa: BLE001 - the scenario's own runs record the error
+                    ref_digests[key] = None
             return ref_digests[key]
 
         out = {}
@@ -919,12 +921,12 @@ def export_corpus(path, seeds=range(20), profiles=PROFILES, world_size: int = 2,
                         kinds.update(h.kind for h in r.hazards)
                     if any(h.observed for h in r.hazards):
                         observed += 1
-                    if d != ref_d:
+                    if ref_d is not None and d != ref_d:
                         damaged += 1
                     if sc.expected == "hazard" or r.hazards:
                         rd = simdist.run(sc.fn, world_size=world_size, seed=s, nccl=prof,
                                          kwargs={"delay_cycles": delay_cycles})
-                        if _rank_digests(rd) != ref_d:
+                        if ref_d is not None and _rank_digests(rd) != ref_d:
                             damaged_delayed += 1
                 n = max(1, len(seeds) - len(errors))
                 verdict = "error" if errors and not hz_seeds and len(errors) == len(seeds) else (
@@ -995,12 +997,13 @@ def check_corpus(corpus) -> list:
         exp = SCENARIOS[name].expected
         if e.get("expected") != exp:
             problems.append(f"{name}: corpus says expected={e.get('expected')}, module says {exp}")
+        known = e.get("known_sim_disagreement")
         for prof, p in e.get("sim", {}).items():
-            if p.get("errors"):
+            if p.get("errors") and not known:
                 problems.append(f"{name} (nccl {prof}): simulator errors: {p['errors'][0]}")
-            if p.get("verdict") != exp and not e.get("known_sim_disagreement"):
+            if p.get("verdict") != exp and not known:
                 problems.append(f"{name} (nccl {prof}): simulator verdict {p.get('verdict')} != expected {exp}")
-        if e.get("verdict") == "clean":
+        if e.get("verdict") == "clean" and not known:
             d = e.get("digests")
             if not d or len(d) != ws:
                 problems.append(f"{name}: clean but has no digest per rank")

@@ -201,6 +201,11 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         h.update(f"{op.stream.dev.rank}|{op.stream.name}|{op.name}|{op.start}|{op.end};".encode())
     _hash_value(h, returns)
     hazards = list(world.shadow.order)
+    by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
+    for hz in hazards:
+        a, b = by_key.get(hz.first_op_key), by_key.get(hz.second_op_key)
+        if a is not None and b is not None and a.end is not None and b.end is not None:
+            hz.slack_ns = a.end - b.end
     for hz in hazards:
         h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
     digest = h.hexdigest()

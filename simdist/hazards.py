@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .timeline import format_frames, user_frames
 
@@ -72,6 +73,7 @@ class Hazard:
     count: int = 1
     first_op_key: tuple = field(default=(), repr=False)
     second_op_key: tuple = field(default=(), repr=False)
+    slack_ns: Optional[int] = field(default=None, repr=False)  # first's end - second's end: > 0 means damage order
 
     @property
     def key(self):
