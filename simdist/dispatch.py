@@ -246,17 +246,21 @@ def _out_specs(func, args, kwargs, key):
 
 
 def _extent_bytes(shape, stride, dtype):
-    n = 1
-    for s in shape:
-        if s == 0:
-            return 0
     ext = 1
     for s, st in zip(shape, stride):
+        if s == 0:
+            return 0
         ext += (s - 1) * st
-    return ext * dtype.itemsize if n else 0
+    return ext * dtype.itemsize
 
 
 def allocate(dev, stream, shape, stride, dtype):
+    mem = dev.memory
+    alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
+    return SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc)
+
+
+def _allocate_slow(dev, stream, shape, stride, dtype):
     mem = dev.memory
     alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
     inner = mem.view(alloc, shape, stride, dtype)
@@ -284,13 +288,19 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
         op.coll = coll
         coll.arrive(rs, op)
         dur = 0
-    elif dur is None:
-        base = cost.kernel_ns(nbytes, flops)
-        dur = world.policy.kernel((rs.rank, stream.name, op.seq), base)
+    else:
+        key = (rs.rank, stream.name, op.seq)
+        if dur is None:
+            dur = world.policy.kernel(key, cost.kernel_ns(nbytes, flops))
+        world.schedule_log[key] = dur
     op.dur = dur
-    if coll is None:
-        world.schedule_log[(rs.rank, stream.name, op.seq)] = dur
-    world.schedule(op, (stream.tail,))
+    tail = stream.tail
+    if tail is None or tail.end is not None:
+        # fast path of World.schedule: the predecessor already has a time
+        op.start_lb = op.launch if tail is None or tail.end < op.launch else tail.end
+        world._started(op)
+    else:
+        world.schedule(op, (tail,))
     stream.tail = op
     host.clock += LAUNCH_NS
     shadow = world.shadow
@@ -333,6 +343,10 @@ class RankMode(TorchDispatchMode):
     def __init__(self, rs):
         super().__init__()
         self.rs = rs
+
+    @classmethod
+    def _should_skip_dynamo(cls):
+        return False  # keep the hot path free of torch._dynamo's disable wrapper (nothing here is compiled)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

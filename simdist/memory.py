@@ -132,7 +132,8 @@ class DeviceMemory:
 
     # --- malloc / free ---------------------------------------------------
     def malloc(self, nbytes, stream):
-        self._process_pending_frees()
+        if self.pending_frees:
+            self._process_pending_frees()
         size = round_size(max(nbytes, 1))
         small = size <= SMALL_SIZE
         pool = self.pools.get((stream.id, small))

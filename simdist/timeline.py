@@ -72,7 +72,7 @@ class Host:
         self.ver += 1
 
 
-def capture_frames(depth=24):
+def capture_frames(depth=10):
     """Cheap stack capture: (code, lineno) pairs, formatted only when reported."""
     f = sys._getframe(2)
     out = []
