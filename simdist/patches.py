@@ -11,7 +11,6 @@ import threading
 from collections.abc import MutableMapping
 
 import torch
-import torch._dynamo  # noqa: F401 - torch imports it lazily inside a run otherwise, and it checks patched signatures
 
 from .world import current_rank
 
@@ -142,7 +141,7 @@ def _nonzero(input, *, out=None, as_tuple=False):
         input, as_tuple=as_tuple)
 
 
-def _compatible_shallow_copy(input, from_):
+def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool:  # dynamo checks this signature
     # nn.Module.cuda()/to() would swap a CPU parameter's data for a CUDA-typed wrapper in place;
     # answering False makes it build a new Parameter around the simulated tensor instead.
     from .tensor import SimTensor
