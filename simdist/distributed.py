@@ -137,8 +137,13 @@ class DistState:
                 if first is not None:
                     uf = format_frames(first[2], "      ")
                     where = f"\n      issued by rank {joined[0]} at:\n{uf}"
+                if missing:
+                    state = f"joined by ranks {joined}, never by ranks {missing}"
+                else:
+                    state = ("joined by every rank, but some rank's side is queued on its stream behind work that "
+                             "can never start (a cycle of waits between streams or ranks)")
                 lines.append(f"  {first[0] if first else inst.kind} #{inst.seq} on group {inst.group.name}: "
-                             f"joined by ranks {joined}, never by ranks {missing}{where}")
+                             f"{state}{where}")
         return ("pending collectives:\n" + "\n".join(lines)) if lines else ""
 
     def check_finished(self):
@@ -663,7 +668,7 @@ monitored_barrier = barrier
 
 
 # --- point to point ---------------------------------------------------------------------
-def _p2p(rs, tensor, peer, is_send, group, async_op):
+def _p2p(rs, tensor, peer, is_send, group, async_op, batched=False):
     state = rs.world.dist
     g = state.member(rs, group, "send" if is_send else "recv")
     t = _check_tensor(rs, tensor, "send" if is_send else "recv")
@@ -687,7 +692,9 @@ def _p2p(rs, tensor, peer, is_send, group, async_op):
     return _launch_collective(
         rs, pair, "p2p", desc, sig, [t] if is_send else [], [] if is_send else [t],
         lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], async_op,
-        nbytes=t.numel() * t.element_size(), stream_key=f"p2p:{min(src, dst)}-{max(src, dst)}")
+        nbytes=t.numel() * t.element_size(),
+        # a batch is one NCCL group: its sends and receives with one peer run together, not queued
+        stream_key=f"p2p:{min(src, dst)}-{max(src, dst)}" + ((":send" if is_send else ":recv") if batched else ""))
 
 
 def send(tensor, dst=None, group=None, tag=0, group_dst=None):
@@ -715,7 +722,7 @@ def batch_isend_irecv(p2p_op_list):
         fn = getattr(p, "op", None)
         peer = getattr(p, "peer", None)
         is_send = fn in (isend, _orig.get("isend")) or getattr(fn, "__name__", "") == "isend"
-        works.append(_p2p(_rank(), p.tensor, peer, is_send, getattr(p, "group", None), True))
+        works.append(_p2p(_rank(), p.tensor, peer, is_send, getattr(p, "group", None), True, batched=True))
     return works
 
 
