@@ -10,6 +10,7 @@ import torch
 
 from .errors import DeterminismError, HazardError, SimulationError
 from .hazards import Hazard
+from .memory import recycle
 from .patches import Installed
 from .policies import Policy, make_policy
 from .tensor import SimTensor
@@ -194,8 +195,11 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         returns = [_to_host(rs.returned) for rs in world.ranks]
     finally:
         for rs in world.ranks:
+            rs.returned = None
+        for rs in world.ranks:
             for d in rs.devices.values():
                 d.memory.closed = True
+                recycle(d.memory)
     h = world.hasher
     for op in world.ops_log:
         h.update(f"{op.stream.dev.rank}|{op.stream.name}|{op.name}|{op.start}|{op.end};".encode())
