@@ -14,12 +14,12 @@ import torch
 
 from .hazards import Access, Hazard
 
-GRAVEYARD_LIMIT = 256
+GRAVEYARD_LIMIT = 64
 WATCH_LIMIT = 64
 
 
 class Rec:
-    __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "alloc_id")
+    __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "iv")
 
     def __init__(self, op, lo, hi, write, gen, contig, view):
         self.op = op
@@ -29,6 +29,7 @@ class Rec:
         self.gen = gen
         self.contig = contig
         self.view = view
+        self.iv = None
 
 
 def _intervals(view):
@@ -48,11 +49,17 @@ def _intervals(view):
     return starts, starts + run * isz
 
 
+def _iv(r):
+    if r.iv is None:
+        r.iv = _intervals(r.view) if not r.contig else (torch.tensor([r.lo]), torch.tensor([r.hi]))
+    return r.iv
+
+
 def exact_overlap(a, b):
     if a.contig and b.contig:
         return True
-    sa, ea = _intervals(a.view) if not a.contig else (torch.tensor([a.lo]), torch.tensor([a.hi]))
-    sb, eb = _intervals(b.view) if not b.contig else (torch.tensor([b.lo]), torch.tensor([b.hi]))
+    sa, ea = _iv(a)
+    sb, eb = _iv(b)
     # for each interval of b, the first interval of a that ends after it starts
     idx = torch.searchsorted(ea, sb, right=True)
     ok = idx < len(sa)
@@ -112,12 +119,20 @@ class Shadow:
         alloc.records = pulled
 
     def on_free(self, alloc, block):
-        if alloc.records:
-            g = block.segment.graveyard
-            g.append((block.offset, block.offset + block.size, alloc.records))
-            if len(g) > GRAVEYARD_LIMIT:
-                del g[0]
+        # Accesses on the block's own stream are ordered before anything the next owner does on that stream,
+        # and a next owner's access from another stream races that owner's first write instead (see
+        # _shadowed): only other streams' accesses can make a reuse race. Keep those, one hull per op.
+        own = alloc.stream
+        recs = [r for r in alloc.records if r.op.stream is not own]
         alloc.records = []
+        if not recs:
+            return
+        if len(recs) > 16:
+            recs = _hull_per_op(recs)
+        g = block.segment.graveyard
+        g.append((block.offset, block.offset + block.size, recs))
+        if len(g) > GRAVEYARD_LIMIT:
+            del g[0]
 
     # --- access checking -------------------------------------------------
     def access(self, op, view, alloc, write):
@@ -154,9 +169,6 @@ class Shadow:
                     if not (rop.stream is op.stream and contig and lo <= r.lo and r.hi <= hi):
                         keep.append(r)
                     continue
-                if not (contig and r.contig) and not exact_overlap(r, rec):
-                    keep.append(r)
-                    continue
                 o = ordered(rop, op)
                 if o:
                     # ordered before a covering write: nothing later can race it without racing us
@@ -164,6 +176,8 @@ class Shadow:
                         keep.append(r)
                     continue
                 keep.append(r)
+                if not (contig and r.contig) and not exact_overlap(r, rec):
+                    continue  # strided views that interleave without sharing a byte
                 if r.gen != rec.gen and _shadowed(r, rec, records, ordered):
                     continue  # a newer owner's write, after r, covers the overlap: that write is the race
                 if o is None:
@@ -262,6 +276,18 @@ class Shadow:
         for w, before in pre:
             if not torch.equal(before, w.data[w.lo:w.hi]):
                 w.hazard.observed = True
+
+
+def _hull_per_op(recs):
+    """Merge each op's records into one contiguous hull (conservative: may overlap more bytes)."""
+    by_op = {}
+    for r in recs:
+        h = by_op.get(id(r.op))
+        if h is None:
+            by_op[id(r.op)] = Rec(r.op, r.lo, r.hi, r.write, r.gen, True, r.view)
+        else:
+            h.lo, h.hi, h.write = min(h.lo, r.lo), max(h.hi, r.hi), h.write or r.write
+    return list(by_op.values())
 
 
 def _shadowed(r, rec, records, ordered):
