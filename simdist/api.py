@@ -106,9 +106,14 @@ def _target_of(fn):
     return f"{mod}:{name}"
 
 
-def _replay_command(fn, world_size, seed, pol, nccl):
+def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None):
     from .policies import Choice, Jitter
     cmd = f"simdist run {shlex.quote(_target_of(fn))} --world-size {world_size} --seed {seed} --nccl {nccl}"
+    if kwargs:
+        try:
+            cmd += f" --kwargs {shlex.quote(json.dumps(kwargs))}"
+        except TypeError:
+            cmd += " (with non-JSON keyword arguments)"
     if isinstance(pol, Choice) and not callable(pol.choices):
         cmd += f" --delays {','.join(str(int(c)) for c in pol.choices) or '0'}"
     elif not isinstance(pol, Jitter):
@@ -213,7 +218,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     for hz in hazards:
         h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
     digest = h.hexdigest()
-    replay = _replay_command(fn, world_size, seed, pol, nccl)
+    replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs)
     return RunResult(returns=returns, hazards=hazards, digest=digest, trace=chrome_trace(world, hazards),
                      schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
                      nccl=nccl, end_time_ns=max((o.end for o in world.ops_log), default=0), ops=len(world.ops_log),

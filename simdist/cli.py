@@ -36,7 +36,9 @@ def cmd_run(a):
     import simdist
     fn = _load(a.target)
     policy = [int(x) for x in a.delays.split(",")] if a.delays else a.policy
-    res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy)
+    import json
+    kwargs = json.loads(a.kwargs) if a.kwargs else None
+    res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, kwargs=kwargs)
     print(res.report())
     if a.trace:
         res.save_trace(a.trace)
@@ -90,6 +92,7 @@ def build_parser():
     r.add_argument("--policy", default=None, help="jitter (default), none, pct")
     r.add_argument("--delays", default=None, help="comma-separated choice delays (replays a shrunk schedule)")
     r.add_argument("--trace", default=None, help="write a Perfetto trace JSON here")
+    r.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for the function")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("rest", nargs=argparse.REMAINDER)

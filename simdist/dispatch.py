@@ -487,7 +487,12 @@ def _functional(rs, func, info, args, kwargs):
         return func(*args, **kwargs)
     try:
         specs, is_seq = _out_specs(func, args, kwargs, u.key)
-    except Exception:  # noqa: BLE001 - data-dependent shape or no meta kernel: compute it synchronously
+    except NotImplementedError:  # data-dependent output size or no meta kernel: compute it synchronously
+        return _sync_compute(rs, func, info, u)
+    except Exception:  # noqa: BLE001
+        # a shape/dtype error in the program raises here, at the call, as torch would; if the real op
+        # accepts the arguments the meta kernel was the problem, and the op runs synchronously
+        func(*u.args, **u.kwargs)
         return _sync_compute(rs, func, info, u)
     stream = rs.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]

@@ -47,13 +47,12 @@ _BUFFER_LIMIT = 1 << 30
 _buffered = [0]
 
 
-def _take_buffer(size, byte):
+def _take_buffer(size):
     lst = _BUFFERS.get(size)
     if lst:
-        buf = lst.pop()
         _buffered[0] -= size
-        return buf.fill_(byte)
-    return torch.full((size,), byte, dtype=torch.uint8)
+        return lst.pop()
+    return torch.empty((size,), dtype=torch.uint8)
 
 
 def recycle(memory):
@@ -68,7 +67,7 @@ def recycle(memory):
 class Segment:
     """One cudaMalloc: a CPU byte buffer that tensors view."""
 
-    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live")
+    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison")
 
     def __init__(self, sid, size, stream, small, poison_byte):
         self.id = sid
@@ -76,7 +75,11 @@ class Segment:
         self.stream = stream
         self.small = small
         self.live = 0
-        self.data = _take_buffer(size, poison_byte)
+        # poison is written lazily, up to the highest byte any block has reached (blocks are carved from
+        # the start), so a segment costs only what its tensors use
+        self.hwm = 0
+        self.poison = poison_byte
+        self.data = _take_buffer(size)
         # shadow records of freed blocks, kept so that a reuse of the bytes can
         # be checked against accesses still in flight (reuse-after-free)
         self.graveyard = []
@@ -185,7 +188,12 @@ class DeviceMemory:
             block.size = size
             self._insert(rest)
         block.allocated = True
-        block.segment.live += 1
+        seg = block.segment
+        seg.live += 1
+        end = block.offset + block.size
+        if end > seg.hwm:
+            seg.data[seg.hwm:end].fill_(seg.poison)
+            seg.hwm = end
         self.allocated_bytes += block.size
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
         self.next_alloc_id += 1

@@ -189,6 +189,10 @@ class Installed:
             _active = saved
         self.gc_was = gc.isenabled()
         gc.disable()
+        # one intra-op thread: simulated ops are small and OpenMP's fork/join per op costs more than it
+        # saves (and spins badly on a loaded machine); restored after the run
+        self.threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         return self
 
     def __exit__(self, *exc):
@@ -198,6 +202,7 @@ class Installed:
             _active = None
         if self.gc_was:
             gc.enable()
+        torch.set_num_threads(self.threads)
         return False
 
 
