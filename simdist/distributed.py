@@ -223,7 +223,7 @@ class Collective:
         r = op.stream.dev.rank
         self.snapped.add(r)
         ins = self.specs[r][0]
-        self.snaps[r] = [t._inner.clone() for t in ins]
+        self.snaps[r] = [t.clone() for t in ins]
 
     def execute(self):
         world = self.state.world
@@ -238,7 +238,7 @@ class Collective:
             def fn(outs=outs, vals=vals):
                 for o, v in zip(outs, vals):
                     if v is not None:
-                        o._inner.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
+                        o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
             op.fn = fn
             world.shadow.execute(op)
             op.fn = None
@@ -427,7 +427,10 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
         _mismatch(inst, g, rs, desc, frames)
     inst.register(rs, desc, sig, frames)
     inst.compute = compute
-    inst.specs[rs.rank] = (list(reads if reads is not None else inputs), list(outputs))
+    # CPU views only: holding the SimTensors would keep their blocks alive longer than NCCL does (on 2.8 a
+    # synchronous collective neither records nor stashes its tensors, so a freed input can be reused at once)
+    inst.specs[rs.rank] = ([t._inner for t in (reads if reads is not None else inputs)],
+                           [t._inner for t in outputs])
     nb = nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs)
     inst.nbytes = max(inst.nbytes, nb)
     devs = {o._dev.index for o in list(inputs) + list(outputs)}

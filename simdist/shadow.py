@@ -107,23 +107,30 @@ class Shadow:
         lo = alloc.block.offset
         hi = lo + alloc.block.size
         keep = []
-        pulled = []
+        pulled = {}
         for glo, ghi, recs in seg.graveyard:
             if ghi <= lo or hi <= glo:
                 keep.append((glo, ghi, recs))
                 continue
-            pulled.extend(r for r in recs if r.lo < hi and lo < r.hi)
+            for r in recs:
+                if r.lo < hi and lo < r.hi:
+                    pulled[id(r)] = r  # an entry only partly covered stays, so records can come back: dedupe
             if glo < lo or ghi > hi:
                 keep.append((glo, ghi, recs))
         seg.graveyard = keep
-        alloc.records = pulled
+        alloc.records = list(pulled.values())
 
     def on_free(self, alloc, block):
         # Accesses on the block's own stream are ordered before anything the next owner does on that stream,
         # and a next owner's access from another stream races that owner's first write instead (see
         # _shadowed): only other streams' accesses can make a reuse race. Keep those, one hull per op.
         own = alloc.stream
-        recs = [r for r in alloc.records if r.op.stream is not own]
+        seen = set()
+        recs = []
+        for r in alloc.records:
+            if r.op.stream is not own and id(r) not in seen:
+                seen.add(id(r))
+                recs.append(r)
         alloc.records = []
         if not recs:
             return
