@@ -42,6 +42,7 @@ FORMAT = 1
 M, K = 256, 384  # one blockwise-FP8 weight shard: 2 x 3 tiles of 128 x 128
 TILE = 128
 N = 8192  # elements of the arithmetic scenarios (32 KiB of float32: the allocator's small pool)
+N_BIG = 8 << 20  # 32 MiB of float32: an async gather that takes longer than the kernel overwriting its input
 GPU_DELAY_CYCLES = 2_000_000  # ~1 ms of torch.cuda._sleep on an H200 (1.98 GHz SM clock)
 PROFILES = ("2.8", "2.7")  # simdist NCCL stream-semantics profiles; "2.8" is torch >= 2.8 (the GPUs run 2.11)
 
@@ -83,11 +84,7 @@ SCENARIOS: dict[str, Scenario] = {}
 
 # Scenarios where simdist's verdict is known to differ from PyTorch's documented semantics (name -> note).
 # Filled only with a repro in notes_engine_bugs.md; the GPU report marks them.
-KNOWN_SIM_DISAGREEMENTS: dict[str, str] = {
-    "pipeline_p2p_exchange_async": (
-        "simdist reports a Deadlock for the documented batch_isend_irecv ring exchange: it runs the batch as "
-        "separate async P2Ps in list order instead of one NCCL group (notes_engine_bugs.md #5)."),
-}
+KNOWN_SIM_DISAGREEMENTS: dict[str, str] = {}
 
 
 def scenario(expected: str, producer: str, delayed: str, reference: str | None = None, covers: str = "",
@@ -209,7 +206,8 @@ def fp8_ag_side_synchronize(delay_cycles: int = 0):
     return {"out": out}
 
 
-@scenario("clean", producer="current stream: blockwise FP8 dequantize writes w", delayed="current stream, before dequantize",
+@scenario("clean", producer="current stream: blockwise FP8 dequantize writes w",
+          delayed="current stream, before dequantize",
           reference="fp8_ag_side_wait_stream", covers="FACTS table row 4")
 def fp8_ag_current_stream(delay_cycles: int = 0):
     """Dequantize on the current stream (what TE itself does): stream order covers the collective."""
@@ -255,34 +253,52 @@ def ag_async_wait_then_read(delay_cycles: int = 0):
 # =========================================================================== async collective input
 
 
+def _ag_async_input_body(delay_cycles: int, mode: str):
+    x = _ivec(N_BIG)
+    cur = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    side.wait_stream(cur)
+    out = torch.empty(_gather_shape(x), dtype=x.dtype, device="cuda")
+    if mode == "side":
+        _delay(delay_cycles)  # the NCCL stream waits for the current stream: the gather reads x late
+    elif _rank() == 1:
+        _delay(delay_cycles)  # rank 1 joins late; rank 0's gather stalls on it (and reads 32 MiB slower than a fill)
+    work = dist.all_gather_into_tensor(out, x, async_op=True)
+    if mode == "side":
+        with torch.cuda.stream(side):
+            x.fill_(-1.0)
+    elif mode == "current":
+        x.fill_(-1.0)
+    work.wait()
+    if mode == "fixed":
+        x.fill_(-1.0)
+    cur.wait_stream(side)
+    return {"out": out, "x": x}
+
+
 @scenario("hazard", producer="NCCL internal stream: async all_gather reads x; current stream overwrites x",
-          delayed="rank 1's current stream before the collective (rank 0's gather starts late)",
+          delayed="rank 1's current stream before the collective (rank 0's gather waits for rank 1)",
           reference="ag_async_input_overwrite_after_wait", covers="async collective input overwritten before wait",
           kinds=("write-after-read",))
 def ag_async_input_overwritten(delay_cycles: int = 0):
-    """The input of an async all_gather is overwritten on the current stream before work.wait()."""
-    x = _ivec()
-    out = torch.empty(_gather_shape(x), dtype=x.dtype, device="cuda")
-    if _rank() == 1:
-        _delay(delay_cycles)
-    work = dist.all_gather_into_tensor(out, x, async_op=True)
-    x.fill_(-1.0)
-    work.wait()
-    return {"out": out, "x": x}
+    """The 32 MiB input of an async all_gather is overwritten on the current stream before work.wait()."""
+    return _ag_async_input_body(delay_cycles, "current")
+
+
+@scenario("hazard", producer="NCCL internal stream: async all_gather reads x; a side stream overwrites x",
+          delayed="current stream before the collective (the NCCL stream waits for it; the side stream does not)",
+          reference="ag_async_input_overwrite_after_wait",
+          covers="async collective input overwritten on another stream before wait", kinds=("write-after-read",))
+def ag_async_input_overwritten_side(delay_cycles: int = 0):
+    """Same, the overwrite on a side stream that never waited for the collective."""
+    return _ag_async_input_body(delay_cycles, "side")
 
 
 @scenario("clean", producer="NCCL internal stream: async all_gather reads x; current stream overwrites x",
           delayed="rank 1's current stream before the collective", covers="async collective input, wait first")
 def ag_async_input_overwrite_after_wait(delay_cycles: int = 0):
-    """Same with work.wait() before the overwrite."""
-    x = _ivec()
-    out = torch.empty(_gather_shape(x), dtype=x.dtype, device="cuda")
-    if _rank() == 1:
-        _delay(delay_cycles)
-    work = dist.all_gather_into_tensor(out, x, async_op=True)
-    work.wait()
-    x.fill_(-1.0)
-    return {"out": out, "x": x}
+    """work.wait() before the overwrite."""
+    return _ag_async_input_body(delay_cycles, "fixed")
 
 
 # =========================================================================== events
@@ -485,10 +501,11 @@ def host_item_synced(delay_cycles: int = 0):
     return {"item": torch.tensor([v], dtype=torch.float64)}
 
 
-# =========================================================================== broadcast, P2P, reduce_scatter, list gather
+# =========================================================================== broadcast, P2P, reduce_scatter, lists
 
 
-@scenario("hazard", producer="rank 0's side stream: dequantize writes w", delayed="rank 0's side stream, before dequantize",
+@scenario("hazard", producer="rank 0's side stream: dequantize writes w",
+          delayed="rank 0's side stream, before dequantize",
           reference="broadcast_side_wait_stream", covers="broadcast from rank 0 of a side-stream-produced tensor",
           kinds=("read-after-write",))
 def broadcast_side_nosync(delay_cycles: int = 0):
@@ -507,7 +524,8 @@ def broadcast_side_nosync(delay_cycles: int = 0):
     return {"w": w}
 
 
-@scenario("clean", producer="rank 0's side stream: dequantize writes w", delayed="rank 0's side stream, before dequantize",
+@scenario("clean", producer="rank 0's side stream: dequantize writes w",
+          delayed="rank 0's side stream, before dequantize",
           covers="broadcast of a side-stream-produced tensor after wait_stream")
 def broadcast_side_wait_stream(delay_cycles: int = 0):
     """Rank 0 makes the current stream wait for the side stream (and record_stream) before the broadcast."""
@@ -549,14 +567,16 @@ def _p2p_body(delay_cycles: int, fixed: bool):
     return {"w": _dequant(data, sinv)}
 
 
-@scenario("hazard", producer="rank 0's side stream: dequantize writes w", delayed="rank 0's side stream, before dequantize",
+@scenario("hazard", producer="rank 0's side stream: dequantize writes w",
+          delayed="rank 0's side stream, before dequantize",
           reference="p2p_send_side_wait_stream", covers="P2P send of side-stream data", kinds=("read-after-write",))
 def p2p_send_side_nosync(delay_cycles: int = 0):
     """Rank 0 sends a side-stream-produced tensor to rank 1 with no sync."""
     return _p2p_body(delay_cycles, fixed=False)
 
 
-@scenario("clean", producer="rank 0's side stream: dequantize writes w", delayed="rank 0's side stream, before dequantize",
+@scenario("clean", producer="rank 0's side stream: dequantize writes w",
+          delayed="rank 0's side stream, before dequantize",
           covers="P2P send of side-stream data after wait_stream")
 def p2p_send_side_wait_stream(delay_cycles: int = 0):
     """Same with current.wait_stream(side) + record_stream before the send."""
@@ -969,7 +989,7 @@ def export_corpus(path, seeds=range(20), profiles=PROFILES, world_size: int = 2,
         "profiles": profiles,
         "gpu_profile": profiles[0],
         "delay_cycles": delay_cycles,
-        "shapes": {"fp8_shard": [M, K], "tile": TILE, "n": N},
+        "shapes": {"fp8_shard": [M, K], "tile": TILE, "n": N, "n_big": N_BIG},
         "scenarios": out,
     }
     if path is not None:
