@@ -178,33 +178,33 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     def body(rank):
         return fn(*args, **kwargs)
 
-    with Installed():
+    with Installed():  # the returns are copied out before torch's thread settings are restored
         try:
             world.run_ranks(body)
         finally:
             for rs in world.ranks:
                 if rs.thread is not None:
                     rs.thread.join(timeout=60)
-    try:
-        if world.fatal is not None:
-            err = world.fatal
+        try:
+            if world.fatal is not None:
+                err = world.fatal
+                for rs in world.ranks:
+                    if rs.error is err and not isinstance(err, SimulationError):
+                        note = f"(raised inside simulated rank {rs.rank} of {world_size})"
+                        if hasattr(err, "add_note"):
+                            err.add_note(note)
+                raise err
+            if world.dist is not None:
+                world.dist.check_finished()
+            world.shadow.finish()
+            returns = [_to_host(rs.returned) for rs in world.ranks]
+        finally:
             for rs in world.ranks:
-                if rs.error is err and not isinstance(err, SimulationError):
-                    note = f"(raised inside simulated rank {rs.rank} of {world_size})"
-                    if hasattr(err, "add_note"):
-                        err.add_note(note)
-            raise err
-        if world.dist is not None:
-            world.dist.check_finished()
-        world.shadow.finish()
-        returns = [_to_host(rs.returned) for rs in world.ranks]
-    finally:
-        for rs in world.ranks:
-            rs.returned = None
-        for rs in world.ranks:
-            for d in rs.devices.values():
-                d.memory.closed = True
-                recycle(d.memory)
+                rs.returned = None
+            for rs in world.ranks:
+                for d in rs.devices.values():
+                    d.memory.closed = True
+                    recycle(d.memory)
     h = world.hasher
     for op in world.ops_log:
         h.update(f"{op.stream.dev.rank}|{op.stream.name}|{op.name}|{op.start}|{op.end};".encode())
