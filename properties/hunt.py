@@ -127,32 +127,37 @@ def run_cell(args):
     return cell
 
 
-def compute_matrix(seeds=2, progress=True, processes=None):
-    jobs = [(c, cand, seeds) for cand in candidates() for c in incident_configs()]
+def _pool_map(fn, jobs, progress, what, processes=None):
+    """Map over worker processes (each simulated run is independent and deterministic), in job order."""
     processes = processes or min(len(jobs), os.cpu_count() or 1)
-    cells = []
+    out = []
     t0 = time.time()
     if processes > 1:
         import multiprocessing as mp
         with mp.get_context("fork").Pool(processes) as pool:
-            for i, cell in enumerate(pool.imap(run_cell, jobs)):
-                cells.append(cell)
-                _progress(progress, i + 1, len(jobs), t0)
+            for i, r in enumerate(pool.imap(fn, jobs, chunksize=1 if len(jobs) < 200 else 10)):
+                out.append(r)
+                _progress(progress, i + 1, len(jobs), t0, what)
     else:
         for i, j in enumerate(jobs):
-            cells.append(run_cell(j))
-            _progress(progress, i + 1, len(jobs), t0)
+            out.append(fn(j))
+            _progress(progress, i + 1, len(jobs), t0, what)
     if progress:
         sys.stderr.write("\n")
-    return cells
+    return out
 
 
-def _progress(on, done, total, t0):
+def compute_matrix(seeds=2, progress=True, processes=None):
+    jobs = [(c, cand, seeds) for cand in candidates() for c in incident_configs()]
+    return _pool_map(run_cell, jobs, progress, "cells", processes)
+
+
+def _progress(on, done, total, t0, what):
     if not on:
         return
     w = 30
     k = int(w * done / total)
-    sys.stderr.write(f"\r  simulating [{'#' * k}{'.' * (w - k)}] {done}/{total} cells  {time.time() - t0:5.1f}s")
+    sys.stderr.write(f"\r  simulating [{'#' * k}{'.' * (w - k)}] {done}/{total} {what}  {time.time() - t0:5.1f}s")
     sys.stderr.flush()
 
 
@@ -246,25 +251,21 @@ def shrink_witness(candidate, max_examples=60):
                                                   deadline=None))
 
 
+def _fix_one(args):
+    i, tp, pp = args
+    import random
+    rng = random.Random(1164 * 100_003 + i)
+    k = i % 3
+    pol = (simdist.Jitter(rng.randrange(2**32)) if k == 0 else
+           simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if k == 1 else
+           simdist.Choice([rng.choice([0, 0, 0, 1, 4, 8]) for _ in range(32)]))
+    res = simdist.run(fix_program, world_size=tp * pp, policy=pol, kwargs=dict(tp=tp, pp=pp))
+    return bool(res.hazards) or not all(res.returns)
+
+
 def check_fix(n, tp=2, pp=1, progress=True):
     """The fix (side-stream dequantize + wait_stream + record_stream) under n schedules: no hazard, no damage."""
-    import random
-    rng = random.Random(1164)
-    bad = 0
-    t0 = time.time()
-    for i in range(n):
-        k = i % 3
-        pol = (simdist.Jitter(rng.randrange(2**32)) if k == 0 else
-               simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if k == 1 else
-               simdist.Choice([rng.choice([0, 0, 0, 1, 4, 8]) for _ in range(32)]))
-        res = simdist.run(fix_program, world_size=tp * pp, policy=pol, kwargs=dict(tp=tp, pp=pp))
-        if res.hazards or not res.returns[0]:
-            bad += 1
-        if progress and (i + 1) % 50 == 0:
-            sys.stderr.write(f"\r  fix under schedules: {i + 1}/{n}  {time.time() - t0:5.1f}s")
-    if progress:
-        sys.stderr.write("\n")
-    return bad
+    return sum(_pool_map(_fix_one, [(i, tp, pp) for i in range(n)], progress, "fix schedules"))
 
 
 _FIX_WEIGHTS = {}
