@@ -3,7 +3,7 @@ from .api import RunResult, run
 from .errors import (CollectiveMismatch, Deadlock, DeterminismError, HazardError, SimulationError,
                      UnsupportedOperation)
 from .hazards import Access, Hazard
-from .policies import PCT, Choice, Jitter, NoJitter, Policy, Replay, Targeted
+from .policies import PCT, Choice, Jitter, NoJitter, Policy, Replay, Targeted, make_policy
 
 __all__ = ["run", "RunResult", "Hazard", "Access", "SimulationError", "UnsupportedOperation", "CollectiveMismatch",
            "Deadlock", "HazardError", "DeterminismError", "Policy", "Jitter", "NoJitter", "PCT", "Choice", "Replay",

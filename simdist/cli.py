@@ -36,6 +36,10 @@ def cmd_run(a):
     import simdist
     fn = _load(a.target)
     policy = [int(x) for x in a.delays.split(",")] if a.delays else a.policy
+    if a.delay_op:
+        import simdist as sd
+        rank, stream, seq, ns = a.delay_op.split(",")
+        policy = sd.Targeted({(int(rank), stream, int(seq)): int(ns)}, sd.make_policy(a.policy, a.seed))
     import json
     kwargs = json.loads(a.kwargs) if a.kwargs else None
     res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, kwargs=kwargs)
@@ -93,6 +97,8 @@ def build_parser():
     r.add_argument("--delays", default=None, help="comma-separated choice delays (replays a shrunk schedule)")
     r.add_argument("--trace", default=None, help="write a Perfetto trace JSON here")
     r.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for the function")
+    r.add_argument("--delay-op", default=None, metavar="RANK,STREAM,SEQ,NS",
+                   help="delay one op by NS virtual ns (the targeted policy; as printed by simdist hunt)")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("rest", nargs=argparse.REMAINDER)
