@@ -275,7 +275,10 @@ class World:
             self._started(op)
 
     def _started(self, op):
-        work = [op]
+        self._start_all([op])
+
+    def _start_all(self, work):
+        """Give each op its start (and end) time, then release what waited on it, transitively."""
         while work:
             o = work.pop()
             o.start = o.start_lb
@@ -288,24 +291,24 @@ class World:
             else:
                 o.done = True
             if o.waiters:
-                ws, o.waiters = o.waiters, None
-                for w in ws:
-                    if o.end > w.start_lb:
-                        w.start_lb = o.end
-                    w.deps_left -= 1
-                    if not w.deps_left:
-                        work.append(w)
+                self._release(o, work)
+
+    @staticmethod
+    def _release(op, work):
+        ws, op.waiters = op.waiters, None
+        for w in ws:
+            if op.end > w.start_lb:
+                w.start_lb = op.end
+            w.deps_left -= 1
+            if not w.deps_left:
+                work.append(w)
 
     def resolved(self, op):
         """A collective side got its end time: release what waits on it."""
         if op.waiters:
-            ws, op.waiters = op.waiters, None
-            for w in ws:
-                if op.end > w.start_lb:
-                    w.start_lb = op.end
-                w.deps_left -= 1
-                if not w.deps_left:
-                    self._started(w)
+            work = []
+            self._release(op, work)
+            self._start_all(work)
 
     def push(self, t, item):
         if t < self.now:
