@@ -50,10 +50,11 @@ import torch.distributed as dist  # noqa: E402
 
 from properties import scenarios as S  # noqa: E402
 
-STRATEGIES = ("unsynced", "wait_stream", "synchronize", "current_stream")
+STRATEGIES = ("unsynced", "wait_stream", "wait_stream_per_layer", "synchronize", "current_stream")
 STRATEGY_TEXT = {
     "unsynced": "dequantize on a side stream, no sync (wrong)",
     "wait_stream": "side stream + current_stream().wait_stream(side) + record_stream",
+    "wait_stream_per_layer": "side stream, one wait_stream per layer (7 weights) + record_stream",
     "synchronize": "side stream + torch.cuda.synchronize()",
     "current_stream": "dequantize on the current stream",
 }
@@ -300,10 +301,23 @@ def llama8b_shapes(tp, scale=1):
     # timing they are gathered on dim 0 like the others (Megatron-Bridge concatenates them on dim 1 afterwards).
 
 
-def _convert(params, strategy, side, ws):
+def _convert(params, strategy, side, ws, per_layer=7):
     cur = torch.cuda.current_stream()
     side.wait_stream(cur)
     outs = []
+    if strategy == "wait_stream_per_layer":
+        # the same fix with fewer host calls: dequantize a layer's weights, then one wait for all of them
+        for i in range(0, len(params), per_layer):
+            with torch.cuda.stream(side):
+                ws_ = [S._dequant(d, s) for d, s in params[i:i + per_layer]]
+            cur.wait_stream(side)
+            for w in ws_:
+                w.record_stream(cur)
+                out = torch.empty((ws * w.shape[0],) + tuple(w.shape[1:]), dtype=w.dtype, device="cuda")
+                dist.all_gather_into_tensor(out, w)
+                outs.append(out)
+        cur.wait_stream(side)
+        return outs
     for data, sinv in params:
         if strategy == "current_stream":
             w = S._dequant(data, sinv)
@@ -320,6 +334,38 @@ def _convert(params, strategy, side, ws):
         outs.append(out)
     cur.wait_stream(side)  # every variant's time includes all of its device work
     return outs
+
+
+def phase_te(args, ev, rank):
+    """The fake quantizers against TransformerEngine's, byte for byte, where transformer_engine imports."""
+    try:
+        import transformer_engine_torch as tex  # noqa: F401
+        from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer as TEQ
+    except Exception as exc:  # noqa: BLE001
+        ev.write({"type": "te", "rank": rank, "status": "skipped",
+                  "reason": f"transformer_engine does not import here ({type(exc).__name__}: {exc}); the fake "
+                            "quantizers were not compared with TE's on this machine"})
+        log("TE cross-check skipped: transformer_engine does not import")
+        return
+    from fakes import transformer_engine as fte
+    results = []
+    g = torch.Generator(device="cpu").manual_seed(7 + rank)
+    for pow2 in (True, False):
+        for dim in (2, 1):
+            x = (torch.randn(512, 1024, generator=g) * torch.logspace(-3, 3, 1024)).to(torch.bfloat16).cuda()
+            real = TEQ(fp8_dtype=tex.DType.kFloat8E4M3, rowwise=True, columnwise=False, amax_epsilon=0.0,
+                       force_pow_2_scales=pow2, block_scaling_dim=dim)(x)
+            fake = fte.Float8BlockQuantizer(fte.TE_DType.kFloat8E4M3, rowwise=True, columnwise=False,
+                                            force_pow_2_scales=pow2, block_scaling_dim=dim)(x)
+            d_bad = int((real._rowwise_data.view(torch.uint8) != fake._rowwise_data.view(torch.uint8)).sum())
+            rs, fs = real._rowwise_scale_inv, fake._rowwise_scale_inv
+            r0, c0 = min(rs.shape[0], fs.shape[0]), min(rs.shape[1], fs.shape[1])
+            s_bad = int((rs[:r0, :c0].view(torch.int32) != fs[:r0, :c0].view(torch.int32)).sum())
+            results.append({"pow2": pow2, "block_dim": dim, "data_bytes_differing": d_bad,
+                            "scale_inv_differing": s_bad, "scale_shape_real": list(rs.shape),
+                            "scale_shape_fake": list(fs.shape)})
+    ev.write({"type": "te", "rank": rank, "status": "compared", "results": results,
+              "te_version": getattr(__import__("transformer_engine"), "__version__", "?")})
 
 
 def phase_timing(args, ev, rank, ws):
@@ -348,7 +394,7 @@ def phase_timing(args, ev, rank, ws):
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            outs = _convert(params, st, side, ws)
+            outs = _convert(params, st, side, ws, len(shapes))
             end.record()
             torch.cuda.synchronize()
             if it >= args.timing_warmup:
@@ -429,6 +475,8 @@ def worker(args):
         phases.append(("scenarios", lambda: phase_scenarios(corpus, names, args, ev, rank)))
     if not args.skip_sanitizer and not simulate:
         phases.append(("sanitizer", lambda: phase_sanitizer(args, names, ev, rank, local_rank)))
+    if not simulate:
+        phases.append(("transformer_engine", lambda: phase_te(args, ev, rank)))
     if not args.skip_timing:
         phases.append(("timing", lambda: phase_timing(args, ev, rank, ws)))
     for pname, fn in phases:
@@ -471,6 +519,7 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
     scen = {r: {x["name"]: x for x in recs if x["type"] == "scenario"} for r, recs in per_rank.items()}
     san = {r: next((x for x in recs if x["type"] == "sanitizer"), None) for r, recs in per_rank.items()}
     timing = {r: next((x for x in recs if x["type"] == "timing"), None) for r, recs in per_rank.items()}
+    te_recs = [x for recs in per_rank.values() for x in recs if x["type"] == "te"]
     phase_recs = [x for recs in per_rank.values() for x in recs if x["type"] in ("phase", "fatal")]
     done = all(any(x["type"] == "done" for x in per_rank.get(r, [])) for r in range(ws))
     rows = []
@@ -595,6 +644,7 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
                                                and r.get("sanitizer_agrees_expected") is False]},
         "scenarios": rows,
         "timing": tim,
+        "transformer_engine": te_recs[0] if te_recs else None,
         "phase_failures": phase_fail,
         "disagreements": disagreements,
         "incomplete": incomplete + ([] if done else ["job did not finish on every rank"]),
@@ -666,6 +716,17 @@ def render_md(rep):
               "current-stream reference. For the unsynced variant it is a lower bound: the caching allocator can "
               "hand an iteration the blocks of the previous one, whose stale bytes may already be the right answer.",
               ""]
+    te = rep.get("transformer_engine")
+    if te:
+        L += ["## TransformerEngine cross-check", ""]
+        if te.get("status") == "skipped":
+            L += [f"Skipped: {te['reason']}.", ""]
+        else:
+            L += [f"transformer_engine {te.get('te_version')}: fake vs real Float8BlockQuantizer, E4M3, 512x1024 bf16.",
+                  "", "| pow2 scales | block dim | data bytes differing | scale_inv entries differing (unpadded) |",
+                  "|---|---|---|---|"]
+            L += [f"| {r['pow2']} | {r['block_dim']} | {r['data_bytes_differing']} | {r['scale_inv_differing']} |"
+                  for r in te["results"]] + [""]
     if rep["disagreements"]:
         L += ["## Disagreements", ""] + [f"- {d}" for d in rep["disagreements"]] + [""]
     known = [r for r in rep["scenarios"] if r.get("known_sim_disagreement")]

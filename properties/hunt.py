@@ -252,11 +252,12 @@ def explain(v):
                          "was fine. At TP=1 the dequantized weight goes straight to the refit's pack copy; if the "
                          "real TP=1 path orders that copy (a synchronize before the IPC hand-off does), only the "
                          "TP all-gather is left unordered, which is the incident's pattern.")
-        lines.append("What to do: order every consumer of a side-stream dequantize after it and keep its block "
-                     "alive: `cur = torch.cuda.current_stream(); cur.wait_stream(side); w.record_stream(cur)` "
-                     "before the TP all-gather. It is checked clean below under 1000 schedules and costs ~1-3% on "
-                     "2xH200 (docs/gpu-report-2026-11-29.md), against +25-43% for torch.cuda.synchronize(), so "
-                     "fp8_param can stay on.")
+        lines.append("What to do: order the consumers of a side-stream dequantize after it and keep its blocks "
+                     "alive: dequantize a layer's weights on the side stream, then once "
+                     "`cur = torch.cuda.current_stream(); cur.wait_stream(side)` and `w.record_stream(cur)` for "
+                     "each, before the TP all-gathers. It is checked clean below under 1000 schedules; on 2xH200 it "
+                     "costs -0.6% vs unsynced (a wait per weight: +4.5%; torch.cuda.synchronize(): +67%; "
+                     "docs/gpu-fixcost-2026-11-29.md), so fp8_param can stay on.")
     return "\n".join(lines)
 
 
@@ -341,21 +342,24 @@ def fix_program(tp=2, pp=1, shapes=((256, 512), (512, 256))):
 
     cur = torch.cuda.current_stream()
     side = torch.cuda.Stream()
+    weights = [(d.cuda(), s.cuda(), shape) for d, s, shape in _fix_weights(dist.get_rank(), tuple(shapes))]
+    # the recommended fix: dequantize a layer's weights on the side stream, ONE wait for all of them, and
+    # record_stream on each (measured on 2xH200: -0.6% vs unsynced; a wait per weight costs +4.5%)
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        deq = [_dequantize(d, s, shape) for d, s, shape in weights]
+    cur.wait_stream(side)
+    for w in deq:
+        w.record_stream(cur)
     ok = True
-    for data, sinv, shape in _fix_weights(dist.get_rank(), tuple(shapes)):
-        data, sinv = data.cuda(), sinv.cuda()
-        side.wait_stream(cur)
-        with torch.cuda.stream(side):
-            w = _dequantize(data, sinv, shape)
-        cur.wait_stream(side)           # the fix, part 1: the consumer's stream waits for the producer's
-        w.record_stream(cur)            # the fix, part 2: the block is not reused before the consumer is done
+    for w, (data, sinv, shape) in zip(deq, weights):
         parts = [torch.empty_like(w) for _ in range(tp)]
         dist.all_gather(parts, w)
         ref_parts = [torch.empty_like(w) for _ in range(tp)]
         dist.all_gather(ref_parts, _dequantize(data, sinv, shape))
         full, ref = torch.cat(parts), torch.cat(ref_parts)
-        del w, parts
         ok &= bool(torch.equal(full, ref)) and not bool(torch.isnan(full).any())
+    del deq
     return ok
 
 
@@ -413,7 +417,8 @@ def main(a):
     bad = check_fix(a.fix_schedules, progress=not a.no_progress and not a.json)
     out["fix"] = {"schedules": a.fix_schedules, "failures": bad}
     if not a.json:
-        print(f"\nthe fix (side-stream dequantize + wait_stream + record_stream, then the TP gather) under "
+        print("\nthe fix (side-stream dequantize, one wait_stream per layer + record_stream, then the TP gathers)"
+              f" under "
               f"{a.fix_schedules} schedules (jitter, PCT, choice): {'clean in all' if bad == 0 else f'{bad} FAILED'}")
     if a.export:
         from properties.scenarios import export_corpus
