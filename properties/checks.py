@@ -58,3 +58,21 @@ def metric_below(errors, bound=1.05):
     bad = [(i, e) for i, e in enumerate(errors) if not (math.isfinite(e) and 1.0 <= e < bound)]
     if bad:
         raise AssertionError(f"token_mult_prob_error out of [1, {bound}) at steps {bad}")
+
+
+def refit_equals_reference(config, *, tp=1, pp=1, ep=1, steps=2, faults=(), policy=None, seed=0, nccl=None):
+    """Every rank's refitted HF weights are bit-identical to the no-parallelism reference at every step, no
+    hazard, and token_mult_prob_error is in [1, 1.05). Runs the fakes' GRPO refit loop in a simulated world."""
+    from fakes import nemo_rl
+    world = tp * pp * max(1, ep if ep > tp else 1)
+    res = simdist.run(nemo_rl.grpo_refit_loop, world_size=world, seed=seed, policy=policy, nccl=nccl,
+                      args=(config,), kwargs=dict(tp=tp, pp=pp, ep=ep, steps=steps, faults=frozenset(faults)))
+    if res.hazards:
+        raise HazardError(res.hazards)
+    for rank, recs in enumerate(res.returns):
+        for r in recs:
+            if r["mismatched"]:
+                raise AssertionError(f"rank {rank} step {r['step']}: refit differs from the reference in "
+                                     f"{r['mismatched'][:5]}")
+        metric_below([r["token_mult_prob_error"] for r in recs])
+    return res
