@@ -329,8 +329,11 @@ def _nbytes(ts):
     return n
 
 
+_MM = frozenset(("mm", "bmm", "addmm", "matmul", "linear", "baddbmm"))
+
+
 def _flops(info_name, sims, outs):
-    if info_name in ("mm", "bmm", "addmm", "matmul", "linear", "baddbmm") and sims:
+    if info_name in _MM and sims:
         k = sims[0].shape[-1] if sims[0].dim() else 1
         return 2 * sum(o.numel() for o in outs) * k
     return 0
@@ -516,8 +519,11 @@ def _functional(rs, func, info, args, kwargs):
                     o.copy_(r)
 
     real_outs = [o for o in outs if o is not None]
-    nbytes = _nbytes(u.sims) + _nbytes(real_outs)
-    launch(rs, stream, info.name, "kernel", fn, u.sims, real_outs, nbytes, _flops(info.name, u.sims, real_outs))
+    nbytes = _nbytes(u.sims)
+    for o in real_outs:
+        nbytes += o._alloc.nbytes
+    launch(rs, stream, info.name, "kernel", fn, u.sims, real_outs, nbytes,
+           _flops(info.name, u.sims, real_outs) if info.name in _MM else 0)
     if is_seq:
         return tuple(outs) if isinstance(specs, list) else outs
     return outs[0]

@@ -62,12 +62,13 @@ def recycle(memory):
             _BUFFERS.setdefault(seg.size, []).append(seg.data)
             _buffered[0] += seg.size
             seg.data = None
+            seg.typed = {}
 
 
 class Segment:
     """One cudaMalloc: a CPU byte buffer that tensors view."""
 
-    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison")
+    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison", "typed")
 
     def __init__(self, sid, size, stream, small, poison_byte):
         self.id = sid
@@ -80,6 +81,7 @@ class Segment:
         self.hwm = 0
         self.poison = poison_byte
         self.data = _take_buffer(size)
+        self.typed = {}  # dtype -> the whole segment viewed as that dtype (one as_strided per tensor then)
         # shadow records of freed blocks, kept so that a reuse of the bytes can
         # be checked against accesses still in flight (reuse-after-free)
         self.graveyard = []
@@ -260,6 +262,7 @@ class DeviceMemory:
                 if b.prev is None and b.next is None and b.offset == 0 and b.size == b.segment.size:
                     self.reserved_bytes -= b.size
                     b.segment.data = None
+                    b.segment.typed = {}
                 else:
                     keep.append(entry)
             self.pools[key] = keep
@@ -267,12 +270,8 @@ class DeviceMemory:
     def view(self, alloc, size, stride, dtype, storage_offset_elems=0):
         """A CPU tensor viewing the allocation's bytes as `dtype`."""
         block = alloc.block
-        itemsize = dtype.itemsize
-        base = block.segment.data
-        start = block.offset
-        flat = base[start:start + block.size]
-        if itemsize != 1:
-            flat = flat.view(dtype)
-        elif dtype != torch.uint8:
-            flat = flat.view(dtype)
-        return flat.as_strided(size, stride, flat.storage_offset() + storage_offset_elems)
+        seg = block.segment
+        typed = seg.typed.get(dtype)
+        if typed is None:
+            typed = seg.typed[dtype] = seg.data.view(dtype)
+        return typed.as_strided(size, stride, block.offset // dtype.itemsize + storage_offset_elems)

@@ -34,8 +34,8 @@ class Policy:
 class Jitter(Policy):
     """Seeded random durations: mostly near the cost model, sometimes much slower.
 
-    The heavy tail (a straggler kernel or a slow link) is what exposes races:
-    a 15% chance of a 5-50x slowdown per op.
+    Each op's duration is the cost model's times exp(U), U uniform with standard deviation `sigma`; the heavy
+    tail (a straggler kernel or a slow link) is what exposes races: a 15% chance of a 5-50x slowdown per op.
     """
 
     name = "jitter"
@@ -58,11 +58,12 @@ class Jitter(Policy):
 
     def _factor(self, rng):
         r = rng.random
-        # log-factor ~ sigma * (sum of 3 uniforms, centred and scaled to unit variance): cheap near-normal
-        f = math.exp(self.sigma * 2.0 * (r() + r() + r() - 1.5))
-        if r() < self.tail:
+        # log-factor uniform with standard deviation sigma (two draws per op: this is on the per-op hot path)
+        f = math.exp(self.sigma * 3.4641016 * (r() - 0.5))
+        u = r()
+        if u < self.tail:
             lo, hi = self.tail_range
-            f *= lo + (hi - lo) * r()
+            f *= lo + (hi - lo) * (u / self.tail)
         return f
 
     def kernel(self, key, base_ns):
