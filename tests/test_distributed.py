@@ -115,7 +115,7 @@ KINDS = ["all_reduce:SUM", "all_reduce:AVG", "all_reduce:MAX", "all_reduce:MIN",
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("world", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_collective_values(kind, world):
     for async_op, sub, nccl in ((False, False, "2.8"), (True, True, "2.7"), (False, True, "2.7"), (True, False, "2.8")):
         res = simdist.run(collective_program(kind, async_op, sub), world_size=world, nccl=nccl, seed=world)
