@@ -46,21 +46,18 @@ def parallel_degrees(draw, max_world=8, allow_ep=True):
 
 @st.composite
 def model_shapes(draw, tp=1, pp=1, ep=1, block=128, moe=None):
-    """A tiny Llama-like shape, every sharded dimension a multiple of the block (so FP8 tiles align)."""
-    groups = draw(st.sampled_from([g for g in (1, 2, 4, 8) if g % tp == 0 or tp % g == 0 and g >= tp] or [tp]))
-    groups = max(groups, tp)
-    heads_per_group = draw(st.sampled_from([1, 2, 4]))
-    kv_channels = draw(st.sampled_from([64, 128]))
-    heads = groups * heads_per_group
-    hidden = draw(st.sampled_from([block * k for k in (1, 2, 4) if (block * k) % tp == 0])) if block > 1 else 256
-    hidden = max(hidden, heads * kv_channels // max(1, heads_per_group * 2) // block * block or block)
-    ffn = draw(st.sampled_from([block * tp * k for k in (1, 2)]))
-    layers = draw(st.sampled_from([pp * k for k in (1, 2)]))
-    vocab = draw(st.sampled_from([block * tp * k for k in (1, 2)]))
-    use_moe = draw(st.booleans()) if moe is None else moe
-    experts = draw(st.sampled_from([ep * k for k in (1, 2)])) if use_moe else None
-    return {"hidden_size": hidden, "num_attention_heads": heads, "num_query_groups": groups,
-            "kv_channels": kv_channels, "ffn_hidden_size": ffn, "num_layers": layers, "vocab_size": vocab,
+    """A tiny Llama-like shape whose every TP shard is whole block x block FP8 tiles.
+
+    Query groups are a multiple of TP and kv_channels is the block size, so QKV, output-projection and MLP shards
+    stay tile-aligned; hidden, FFN and vocab are multiples of block x TP. Shrinks toward the smallest model.
+    """
+    groups = tp * draw(st.sampled_from([1, 2]))
+    heads = groups * draw(st.sampled_from([1, 2, 4]))
+    k = draw(st.sampled_from([1, 2]))
+    experts = ep * draw(st.sampled_from([1, 2])) if (draw(st.booleans()) if moe is None else moe) else None
+    return {"hidden_size": block * tp * k, "num_attention_heads": heads, "num_query_groups": groups,
+            "kv_channels": max(block, 64), "ffn_hidden_size": block * tp * draw(st.sampled_from([1, 2])),
+            "num_layers": pp * draw(st.sampled_from([1, 2])), "vocab_size": block * tp * draw(st.sampled_from([1, 2])),
             "num_moe_experts": experts}
 
 
