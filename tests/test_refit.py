@@ -172,3 +172,25 @@ def test_full_cross_product(request):
                 failures.append(f"tp={tp} pp={pp} ep={ep} dp={dp} {recipe} fp8_param={fp8_param} {refit}: "
                                 f"{str(e).splitlines()[0]}")
     assert not failures, "\n".join(failures)
+
+
+def test_no_record_stream_at_tp2_follows_the_nccl_profile():
+    """At TP=2 the freed dequantize output is reused on the side stream while the TP gather may still read it:
+    with torch >= 2.8 semantics (sync collectives on the current stream, nothing recorded) that is a
+    reuse-after-free in every seed, and the 2xH200 run (torch 2.11) showed wrong weights; with 2.7 semantics
+    ProcessGroupNCCL record_streams the input on its NCCL stream, which defers the reuse: clean."""
+    import simdist
+    from fakes import megatron_core as mc
+    from fakes import nemo_rl
+    cfg = mc.TransformerConfig(hidden_size=256, num_attention_heads=4, num_query_groups=2, kv_channels=128,
+                               ffn_hidden_size=512, num_layers=2, vocab_size=256, fp8_recipe="blockwise-fp32",
+                               fp8_param=True)
+    kw = dict(tp=2, steps=1, faults={"no_record_stream"}, compute_metric=False)
+    damaged = 0
+    for seed in range(20):
+        res = simdist.run(nemo_rl.grpo_refit_loop, world_size=2, nccl="2.8", seed=seed, args=(cfg,), kwargs=kw)
+        assert "reuse-after-free" in {h.kind for h in res.hazards}, seed
+        damaged += any(s["mismatched"] for r in res.returns for s in r)
+    assert damaged > 0
+    res = simdist.run(nemo_rl.grpo_refit_loop, world_size=2, nccl="2.7", args=(cfg,), kwargs=kw)
+    assert not res.hazards
