@@ -73,14 +73,22 @@ class Host:
 
 
 def capture_frames(depth=10):
-    """Cheap stack capture: (code, lineno) pairs, formatted only when reported."""
+    """Cheap stack capture: (code, instruction offset) pairs; line numbers are resolved only when reported
+    (f_lineno scans the code's line table on every access, f_lasti does not)."""
     f = sys._getframe(2)
     out = []
     while f is not None and depth:
-        out.append((f.f_code, f.f_lineno))
+        out.append((f.f_code, f.f_lasti))
         f = f.f_back
         depth -= 1
-    return tuple(out)
+    return out
+
+
+def _line(code, lasti):
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line if line is not None else code.co_firstlineno
+    return code.co_firstlineno
 
 
 _SKIP_PREFIXES = None
@@ -103,11 +111,11 @@ def user_frames(frames, limit=6):
     """The innermost frames that belong to the program under test."""
     skip = _skip_prefixes()
     out = []
-    for code, line in frames or ():
+    for code, lasti in frames or ():
         fn = code.co_filename
         if fn.startswith(skip) or fn.startswith("<frozen"):
             continue
-        out.append((fn, line, code.co_name))
+        out.append((fn, _line(code, lasti), code.co_name))
         if len(out) >= limit:
             break
     return out
