@@ -257,7 +257,7 @@ def _extent_bytes(shape, stride, dtype):
 def allocate(dev, stream, shape, stride, dtype):
     mem = dev.memory
     alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
-    return SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc)
+    return SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
 
 
 def _allocate_slow(dev, stream, shape, stride, dtype):
@@ -499,7 +499,8 @@ def _functional(rs, func, info, args, kwargs):
         return _sync_compute(rs, func, info, u)
     stream = rs.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
-    _with_generator(info, u, dev)
+    if info.has_generator:
+        _with_generator(info, u, dev)
     fa, fk = u.args, u.kwargs
     ov = info.out_variant
     if ov is not None and not is_seq and outs[0] is not None and not info.random:

@@ -20,11 +20,14 @@ _aten = torch.ops.aten
 
 class SimTensor(torch.Tensor):
     @staticmethod
-    def __new__(cls, inner, dev, alloc, requires_grad=False):
-        base = alloc.block.offset // inner.element_size() if alloc.block is not None else 0
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, inner.shape, strides=inner.stride(), storage_offset=inner.storage_offset() - base,
-            dtype=inner.dtype, device=dev.torch_device, requires_grad=requires_grad)
+    def __new__(cls, inner, dev, alloc, requires_grad=False, shape=None, stride=None, offset=None):
+        if shape is None:  # a view: derive its metadata from the CPU view
+            shape, stride = inner.shape, inner.stride()
+            base = alloc.block.offset // inner.element_size() if alloc.block is not None else 0
+            offset = inner.storage_offset() - base
+        r = torch.Tensor._make_wrapper_subclass(cls, shape, strides=stride, storage_offset=offset,
+                                                dtype=inner.dtype, device=dev.torch_device,
+                                                requires_grad=requires_grad)
         r._inner = inner
         r._dev = dev
         r._alloc = alloc
