@@ -12,7 +12,7 @@ from .errors import DeterminismError, HazardError, SimulationError
 from .hazards import Hazard
 from .memory import recycle
 from .patches import Installed
-from .policies import Policy, make_policy
+from .policies import make_policy
 from .tensor import SimTensor
 from .trace import chrome_trace
 from .world import World
@@ -149,11 +149,6 @@ def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=Non
                      avoid_record_streams, set_device)
 
 
-def _fresh_policy(policy, seed):
-    p = make_policy(policy, seed)
-    return p
-
-
 def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count, avoid_record_streams,
               set_device):
     import os
@@ -165,7 +160,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         raise ValueError(f"nccl profile must be '2.7' or '2.8' (or a torch version), got {nccl!r}")
     if avoid_record_streams is None:
         avoid_record_streams = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "0") == "1"
-    pol = _fresh_policy(policy, seed)
+    pol = make_policy(policy, seed)
     world = World(world_size, seed, pol, nccl, poison, device_count, avoid_record_streams)
     pol.bind(world)
     for rs in world.ranks:

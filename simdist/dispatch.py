@@ -260,13 +260,6 @@ def allocate(dev, stream, shape, stride, dtype):
     return SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
 
 
-def _allocate_slow(dev, stream, shape, stride, dtype):
-    mem = dev.memory
-    alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
-    inner = mem.view(alloc, shape, stride, dtype)
-    return SimTensor(inner, dev, alloc)
-
-
 def allocate_like_contiguous(dev, stream, shape, dtype):
     stride = torch._prims_common.make_contiguous_strides_for(shape) if len(shape) else ()
     return allocate(dev, stream, tuple(shape), tuple(stride), dtype)
@@ -465,7 +458,7 @@ def _inplace(rs, func, info, args, kwargs):
         if pos is None:
             continue
         a = args[pos] if pos < len(args) else kwargs.get(info.mutable_names[info.mutable_pos.index(pos)])
-        outs.append(_sim_or_self(a))
+        outs.append(a)
     if not info.ret_alias:
         return None
     if len(func._schema.returns) == 1:
@@ -475,12 +468,6 @@ def _inplace(rs, func, info, args, kwargs):
 
 def _sim_of(a):
     return a._sim if type(a) is HostProxy else a
-
-
-def _sim_or_self(a):
-    if type(a) is HostProxy:
-        return a  # keep the proxy for the Python binding that asked
-    return a
 
 
 def _functional(rs, func, info, args, kwargs):
@@ -574,8 +561,7 @@ def _host_read(rs, func, info, args, kwargs):
 
 
 # --- factories ---------------------------------------------------------------------
-_EMPTY = {aten.empty.memory_format, aten.empty_strided.default, aten.empty.names if hasattr(aten.empty, "names")
-          else aten.empty.memory_format}
+_EMPTY = {aten.empty.memory_format, aten.empty_strided.default}  # allocation only: fresh memory keeps its bytes
 
 
 def _factory_device(rs, dev):
@@ -620,11 +606,9 @@ def _empty_like(rs, func, args, kwargs):
     tdev = kwargs.get("device")
     if tdev is not None:
         tdev = torch.device(tdev)
-        if tdev.type != "cuda":
-            mk = dict(kwargs)
-            return func(*[HostProxy(a) if False else a for a in args], **mk) if dev is None else \
-                torch.empty(args[0].shape if func is aten.empty_like.default else args[1],
-                            dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
+        if tdev.type != "cuda":  # e.g. torch.empty_like(cuda_tensor, device="cpu"): plain host memory
+            shape = args[0].shape if func is aten.empty_like.default else args[1]
+            return torch.empty(shape, dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
         dev = _factory_device(rs, tdev)
     margs = tuple(_to_meta(a) for a in args)
     mk = {k: _to_meta(v) for k, v in kwargs.items()}

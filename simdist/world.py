@@ -248,10 +248,6 @@ class World:
         self._stream_ids += 1
         return self._stream_ids
 
-    def current_host(self):
-        rs = current_rank()
-        return rs.host if rs is not None and rs.world is self else self.ranks[0].host
-
     # --- virtual time ----------------------------------------------------
     def schedule(self, op, deps):
         """Give `op` a start time once its dependencies have one."""
