@@ -7,5 +7,5 @@ from .policies import PCT, Choice, Jitter, NoJitter, Policy, Replay, Targeted, m
 
 __all__ = ["run", "RunResult", "Hazard", "Access", "SimulationError", "UnsupportedOperation", "CollectiveMismatch",
            "Deadlock", "HazardError", "DeterminismError", "Policy", "Jitter", "NoJitter", "PCT", "Choice", "Replay",
-           "Targeted"]
+           "Targeted", "make_policy"]
 __version__ = "0.1.0"

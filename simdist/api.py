@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import DeterminismError, HazardError, SimulationError
-from .hazards import Hazard
 from .memory import recycle
 from .patches import Installed
 from .policies import make_policy

@@ -20,7 +20,6 @@ root must match, else CollectiveMismatch naming every rank's call.
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 
 import torch
 import torch.distributed as _dist
@@ -191,7 +190,6 @@ class Collective:
             self.state.world.tokens.resolved[-self.token] = full
 
     def participant_started(self, op):
-        world = self.state.world
         self.started += 1
         if (self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks)
                 and all(o.start is not None for o in self.arrived.values())):
