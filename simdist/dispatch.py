@@ -353,6 +353,11 @@ class RankMode(TorchDispatchMode):
             elif t is not torch.Tensor and t is not torch.nn.Parameter:
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
+            hr = self.rs.world.host_reads
+            if hr.tensors:
+                hr.check(self.rs, func, args, kwargs)
+            if kwargs.get("pin_memory"):
+                kwargs = dict(kwargs, pin_memory=False)  # page-locked memory is plain host memory here
             dev = kwargs.get("device")
             if dev is None:
                 return func(*args, **kwargs)
@@ -564,6 +569,13 @@ def _host_read(rs, func, info, args, kwargs):
 _EMPTY = {aten.empty.memory_format, aten.empty_strided.default}  # allocation only: fresh memory keeps its bytes
 
 
+def _poisoned_host(shape, dtype):
+    t = torch.empty(shape, dtype=dtype)
+    if t.numel():
+        t.view(-1).view(torch.uint8).fill_(0xFF) if t.is_contiguous() else None
+    return t
+
+
 def _factory_device(rs, dev):
     idx = dev.index if dev.index is not None else rs.current_device
     return rs.device(idx)
@@ -646,6 +658,15 @@ def _to_copy(rs, func, args, kwargs):
         launch(rs, rs.current_stream(src._dev.index) if dst_dev is src._dev else stream, "_to_copy", "kernel",
                lambda: oi.copy_(si), (src,), (out,), _nbytes((src, out)))
         return out
+    if src_sim and kwargs.get("non_blocking"):
+        # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
+        # the host gets the tensor at once and must synchronize before reading it
+        out = _poisoned_host(tuple(src.shape), dtype)
+        si = src._inner
+        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: out.copy_(si), (src,),
+                    (), _nbytes((src,)))
+        rs.world.host_reads.pending(op, out)
+        return out
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
@@ -690,6 +711,12 @@ def _copy_(rs, func, args, kwargs):
         return dst
     # device -> host
     s = _sim_of(src)
+    if len(args) > 2 and args[2] or kwargs.get("non_blocking"):
+        si = s._inner
+        op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (s,), (),
+                    _nbytes((s,)))
+        rs.world.host_reads.pending(op, dst)
+        return dst
     holder = []
     si = s._inner
     op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),

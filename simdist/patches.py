@@ -51,6 +51,22 @@ def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.pres
     return _orig_cuda(self, device, non_blocking, memory_format)
 
 
+_orig_pin_memory = torch.Tensor.pin_memory
+_orig_is_pinned = torch.Tensor.is_pinned
+
+
+def _pin_memory(self, device=None):
+    if current_rank() is not None:
+        return self  # a CPU build cannot page-lock; the simulation treats pinned memory as host memory
+    return _orig_pin_memory(self) if device is None else _orig_pin_memory(self, device)
+
+
+def _is_pinned(self, device=None):
+    if current_rank() is not None:
+        return False
+    return _orig_is_pinned(self) if device is None else _orig_is_pinned(self, device)
+
+
 def _record_stream(self, stream):
     from .tensor import SimTensor
     if isinstance(self, SimTensor):
@@ -158,6 +174,8 @@ def _patch_list():
         (torch.Tensor, "to", _tensor_to),
         (torch.Tensor, "cuda", _tensor_cuda),
         (torch.Tensor, "record_stream", _record_stream),
+        (torch.Tensor, "pin_memory", _pin_memory),
+        (torch.Tensor, "is_pinned", _is_pinned),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),

@@ -323,3 +323,62 @@ def _read_done(op):
 
 def op_key(op):
     return (op.stream.dev.rank, op.stream.name, op.seq)
+
+
+class HostReads:
+    """CPU tensors written by asynchronous device-to-host copies, until the host is known to have waited.
+
+    A host op (any CPU op in a rank thread) that reads such a tensor before the copy is ordered before the host
+    (a synchronize, an event wait, a query that returned True) is a `host-read` hazard; it is `observed` when the
+    copy had not run yet, i.e. the host saw the poison the tensor was created with.
+    """
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self.tensors = {}  # data_ptr -> (op, tensor)
+
+    def pending(self, op, t):
+        if t.numel():
+            self.tensors[t.data_ptr()] = (op, t)
+
+    def check(self, rs, func, args, kwargs):
+        hits = []
+        for a in _flat_tensors(args, kwargs):
+            e = self.tensors.get(a.data_ptr())
+            if e is not None and e[1] is a or (e is not None and a._base is e[1]):
+                hits.append(e)
+        for op, t in hits:
+            self.tensors.pop(t.data_ptr(), None)
+            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+                continue  # the host waited for the copy
+            self._report(rs, op, t, func)
+
+    def _report(self, rs, op, t, func):
+        from .timeline import capture_frames
+        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=True, shape=tuple(t.shape),
+                       dtype=str(t.dtype).replace("torch.", ""), frames=op.frames, seq=op.seq)
+        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
+                        is_write=False, shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
+                        frames=capture_frames(), seq=0)
+        key = ("host-read", first.site, second.site)
+        h = self.shadow.hazards.get(key)
+        if h is None:
+            dev = op.stream.dev
+            h = Hazard("host-read", first, second, f"rank {dev.rank} cuda:{dev.index}",
+                       first_op_key=op_key(op), second_op_key=())
+            self.shadow.hazards[key] = h
+            self.shadow.order.append(h)
+        else:
+            h.count += 1
+        if not op.done:
+            h.observed = True
+
+
+def _flat_tensors(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    yield x

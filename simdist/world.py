@@ -12,6 +12,8 @@ import hashlib
 import heapq
 import threading
 
+import torch
+
 from . import clocks
 from .errors import Deadlock, SimulationError, _Abort
 from .cuda_api import CudaStreamAPI
@@ -211,8 +213,9 @@ class World:
         self.now = 0  # everything with time <= now has been applied to memory
         self.ranks = [RankState(self, r) for r in range(world_size)]
         self.tokens = clocks.TokenTable()
-        from .shadow import Shadow
+        from .shadow import HostReads, Shadow
         self.shadow = Shadow(self)
+        self.host_reads = HostReads(self.shadow)
         self.ops_log = []  # (rank, stream name, op name, start, end, kind) in execution order
         self.hasher = hashlib.blake2b(digest_size=16)
         self.finished = threading.Event()
@@ -314,6 +317,16 @@ class World:
 
     def drain(self, frontier):
         heap = self.heap
+        if heap and heap[0][0] <= frontier:
+            # the queued kernels are plain CPU torch ops on the device bytes: no dispatch mode (a rank
+            # thread's mode would see them as host ops)
+            with torch._C._DisableTorchDispatch():
+                self._drain(frontier)
+        if frontier > self.now and frontier != INF:
+            self.now = frontier
+
+    def _drain(self, frontier):
+        heap = self.heap
         pop = heapq.heappop
         while heap and heap[0][0] <= frontier:
             t, _, item = pop(heap)
@@ -325,8 +338,6 @@ class World:
                 self.ops_log.append(item)
             else:
                 item.execute()
-        if frontier > self.now and frontier != INF:
-            self.now = frontier
 
     # --- scheduling of rank threads -----------------------------------------
     def switch(self, me):

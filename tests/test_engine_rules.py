@@ -342,3 +342,26 @@ def test_trace_and_report(tmp_path):
     assert "read-after-write" in res.report() and "wait_stream" in str(res.hazards[0])
     with pytest.raises(simdist.HazardError):
         res.raise_for_hazards()
+
+
+def test_non_blocking_device_to_host_copy_needs_a_sync():
+    """Rule: a non-blocking D2H copy into pinned memory returns at once; the host must synchronize (stream,
+    event or device) before reading the CPU tensor (PyTorch docs, "CUDA semantics: use pinned memory buffers")."""
+    def fn(sync):
+        y = torch.arange(1024, dtype=torch.float32, device="cuda") * 2
+        h = y.to("cpu", non_blocking=True)
+        buf = torch.empty(1024, pin_memory=True)
+        buf.copy_(y, non_blocking=True)
+        if sync == "event":
+            ev = torch.cuda.Event()
+            ev.record()
+            ev.synchronize()
+        elif sync == "stream":
+            torch.cuda.current_stream().synchronize()
+        return h.sum().item(), buf.pin_memory().sum().item()
+    for seed in range(5):
+        res = simdist.run(fn, args=(None,), seed=seed)
+        assert kinds(res) == ["host-read"] and any(h.observed for h in res.hazards)
+        for sync in ("event", "stream"):
+            ok = simdist.run(fn, args=(sync,), seed=seed)
+            assert not ok.hazards and ok.returns[0] == (1047552.0, 1047552.0)
