@@ -346,6 +346,9 @@ def _check_tensor(rs, t, what):
         raise SimulationError(f"{what}: NCCL needs CUDA tensors, got a {getattr(t, 'device', type(t))} tensor")
     if t._dev.rank != rs.rank:
         raise SimulationError(f"{what}: rank {rs.rank} passed a tensor of rank {t._dev.rank}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what}: Tensors must be contiguous (got {t.dtype}{list(t.shape)} with strides "
+                         f"{list(t.stride())}), as ProcessGroupNCCL requires")
     return t
 
 

@@ -300,3 +300,11 @@ def test_64_ranks_tp_pp_dp():
     res = simdist.run(fn, world_size=64)
     assert all(v == 64.0 for v in res.returns)
     assert time.time() - t < 30
+
+
+def test_non_contiguous_collective_input_is_refused():
+    def fn():
+        x = torch.ones(4, 4, device="cuda").t()
+        dist.all_reduce(x)
+    with pytest.raises(ValueError, match="contiguous"):
+        simdist.run(fn, world_size=2)
