@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from array import array
 import sys
 from dataclasses import dataclass, field
 
@@ -13,7 +14,7 @@ from .memory import recycle
 from .patches import Installed
 from .policies import make_policy
 from .tensor import SimTensor
-from .trace import chrome_trace
+from .trace import TraceSource, chrome_trace
 from .world import World
 
 
@@ -29,7 +30,7 @@ class RunResult:
     returns: list
     hazards: list
     digest: str
-    trace: dict = field(repr=False)
+    _trace_source: tuple = field(repr=False)
     schedule: dict = field(repr=False)
     seed: int = 0
     world_size: int = 1
@@ -38,6 +39,14 @@ class RunResult:
     end_time_ns: int = 0
     ops: int = 0
     replay: str = ""
+
+    @property
+    def trace(self):
+        """The Perfetto / Chrome trace as a dict (built on first use: most runs never need it)."""
+        t = self.__dict__.get("_trace")
+        if t is None:
+            t = self.__dict__["_trace"] = chrome_trace(*self._trace_source)
+        return t
 
     def save_trace(self, path):
         """Write a Perfetto / chrome://tracing JSON: a rank is a process, a stream a thread."""
@@ -200,8 +209,10 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                     d.memory.closed = True
                     recycle(d.memory)
     h = world.hasher
-    for op in world.ops_log:
-        h.update(f"{op.stream.dev.rank}|{op.stream.name}|{op.name}|{op.start}|{op.end};".encode())
+    flat = array("q")
+    for op in world.ops_log:  # (rank, stream, seq, start, end) of every op, in execution order
+        flat.extend((op.stream.dev.rank, op.stream.id, op.seq, op.start, op.end))
+    h.update(flat.tobytes())
     _hash_value(h, returns)
     hazards = list(world.shadow.order)
     by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
@@ -213,7 +224,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
     digest = h.hexdigest()
     replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs)
-    return RunResult(returns=returns, hazards=hazards, digest=digest, trace=chrome_trace(world, hazards),
+    return RunResult(returns=returns, hazards=hazards, digest=digest, _trace_source=(TraceSource(world), hazards),
                      schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
                      nccl=nccl, end_time_ns=max((o.end for o in world.ops_log), default=0), ops=len(world.ops_log),
                      replay=replay)
