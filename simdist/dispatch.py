@@ -586,7 +586,8 @@ def factory(rs, func, args, kwargs, tdev):
     mkw = dict(kwargs)
     mkw["device"] = "meta"
     mkw.pop("pin_memory", None)
-    mkw.pop("generator", None)
+    if "generator" in mkw:
+        mkw["generator"] = None  # a CPU generator cannot drive a meta kernel; shapes do not depend on it
     try:
         res = func(*args, **mkw)
     except Exception as e:  # noqa: BLE001

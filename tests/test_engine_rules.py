@@ -365,3 +365,18 @@ def test_non_blocking_device_to_host_copy_needs_a_sync():
         for sync in ("event", "stream"):
             ok = simdist.run(fn, args=(sync,), seed=seed)
             assert not ok.hazards and ok.returns[0] == (1047552.0, 1047552.0)
+
+
+def test_cuda_generator_and_autocast():
+    """torch.Generator(device="cuda") seeds simulated random ops deterministically; autocast('cuda') casts."""
+    def fn():
+        g = torch.Generator(device="cuda")
+        g.manual_seed(7)
+        a = torch.randn(4, device="cuda", generator=g)
+        g.manual_seed(7)
+        b = torch.randn(4, device="cuda", generator=g)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            y = torch.nn.Linear(8, 4).cuda()(torch.randn(2, 8, device="cuda"))
+        return torch.equal(a, b), str(g.device), y.dtype
+    assert simdist.run(fn).returns[0] == (True, "cuda:0", torch.bfloat16)
+    assert torch.Generator.__module__ == "torch._C" or torch.Generator.__name__ == "Generator"
