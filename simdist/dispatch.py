@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import cost
+from . import cost, rng
 from .errors import SimulationError, UnsupportedOperation
 from .tensor import HostProxy, SimTensor
 from .timeline import LAUNCH_NS, Op, capture_frames
@@ -418,15 +418,20 @@ def _view(rs, func, info, args, kwargs):
 
 
 def _with_generator(info, u, dev):
-    if info.has_generator and u.kwargs.get("generator") is None:
-        u.kwargs["generator"] = dev.generator
+    """Random ops take their (seed, offset) at launch, as CUDA's Philox does (simdist.rng)."""
+    if info.has_generator:
+        u.kwargs["generator"] = rng.generator_for(rng.launch_seed(u.kwargs.get("generator") or dev.generator))
 
 
-def _run_random(info, dev, call):
-    """Ops that draw from the default generator without a generator argument."""
-    if info.random and not info.has_generator:
+def _random_seed(info, dev):
+    """For random ops without a generator argument (dropout): their seed, taken at launch."""
+    return rng.launch_seed(dev.generator) if info.random and not info.has_generator else None
+
+
+def _run_random(seed, call):
+    if seed is not None:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=dev.generator)))
+            torch.manual_seed(seed)
             return call()
     return call()
 
@@ -449,11 +454,12 @@ def _inplace(rs, func, info, args, kwargs):
         if type(w) is not SimTensor:
             raise _device_error(dev.torch_device, w.device)
     _with_generator(info, u, dev)
+    seed = _random_seed(info, dev)
     fa, fk = u.args, u.kwargs
     stream = rs.current_stream(dev.index)
 
     def fn():
-        _run_random(info, dev, lambda: func(*fa, **fk))
+        _run_random(seed, lambda: func(*fa, **fk))
 
     nbytes = _nbytes(u.sims)
     launch(rs, stream, info.name, "kernel", fn, u.sims, writes, nbytes)
@@ -493,6 +499,7 @@ def _functional(rs, func, info, args, kwargs):
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
     if info.has_generator:
         _with_generator(info, u, dev)
+    seed = _random_seed(info, dev) if info.random else None
     fa, fk = u.args, u.kwargs
     ov = info.out_variant
     if ov is not None and not is_seq and outs[0] is not None and not info.random:
@@ -504,7 +511,7 @@ def _functional(rs, func, info, args, kwargs):
         inners = [o._inner if o is not None else None for o in outs]
 
         def fn():
-            res = _run_random(info, dev, lambda: func(*fa, **fk))
+            res = _run_random(seed, lambda: func(*fa, **fk))
             if not is_seq:
                 res = (res,)
             for o, r in zip(inners, res):
@@ -600,12 +607,13 @@ def factory(rs, func, args, kwargs, tdev):
     ckw = dict(kwargs)
     ckw["device"] = "cpu"
     ckw.pop("pin_memory", None)
-    if info.has_generator and ckw.get("generator") is None:
-        ckw["generator"] = dev.generator
+    if info.has_generator:
+        ckw["generator"] = rng.generator_for(rng.launch_seed(ckw.get("generator") or dev.generator))
+    seed = _random_seed(info, dev)
     oi = out._inner
 
     def fn():
-        oi.copy_(_run_random(info, dev, lambda: func(*args, **ckw)))
+        oi.copy_(_run_random(seed, lambda: func(*args, **ckw)))
 
     launch(rs, stream, info.name, "kernel", fn, (), (out,), _nbytes((out,)))
     return out

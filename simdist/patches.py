@@ -51,24 +51,6 @@ def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.pres
     return _orig_cuda(self, device, non_blocking, memory_format)
 
 
-_OrigGenerator = torch.Generator
-
-
-class SimGenerator(_OrigGenerator):
-    """torch.Generator(device="cuda") in a simulated rank: a CPU generator that says it is on the device."""
-
-    def __new__(cls, device="cpu"):
-        dev = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
-        g = super().__new__(cls, device="cpu")
-        g._sim_device = dev if dev.type != "cuda" or dev.index is not None else torch.device(
-            "cuda", current_rank().current_device if current_rank() is not None else 0)
-        return g
-
-    @property
-    def device(self):
-        return self._sim_device
-
-
 _orig_pin_memory = torch.Tensor.pin_memory
 _orig_is_pinned = torch.Tensor.is_pinned
 
@@ -184,6 +166,11 @@ def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool: 
     return _orig_compat(input, from_)
 
 
+def _sim_generator_class():
+    from .rng import SimGenerator
+    return SimGenerator
+
+
 def _patch_list():
     from .cuda_api import cuda_patches
     from .distributed import distributed_patches
@@ -193,7 +180,7 @@ def _patch_list():
         (torch.Tensor, "cuda", _tensor_cuda),
         (torch.Tensor, "record_stream", _record_stream),
         (torch.Tensor, "pin_memory", _pin_memory),
-        (torch, "Generator", SimGenerator),
+        (torch, "Generator", _sim_generator_class()),
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),

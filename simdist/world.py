@@ -123,7 +123,8 @@ class Device:
         self.nccl_streams = {}
         import torch
         self.torch_device = torch.device("cuda", index)
-        self.generator = torch.Generator().manual_seed(world.seed * 1_000_003 + rank * 1009 + index)
+        from .rng import SimGenerator
+        self.generator = SimGenerator(self.torch_device).manual_seed(world.seed * 1_000_003 + rank * 1009 + index)
 
     def new_stream(self, priority=0):
         self.n_user_streams += 1
