@@ -291,6 +291,11 @@ class HostRendezvous:
 _WORLD_SENTINEL = object()
 
 
+def _root(g, rank, group_rank):
+    """The global rank of a collective's root, given as a global rank or as a rank within the group."""
+    return rank if rank is not None else g.ranks[group_rank or 0]
+
+
 def _redop_name(op):
     if op is None:
         return "SUM"
@@ -492,7 +497,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "broadcast")
     t = _check_tensor(rs, tensor, "broadcast")
-    root = src if src is not None else g.ranks[group_src or 0]
+    root = _root(g, src, group_src)
     if root not in g.index:
         raise ValueError(f"broadcast: src rank {root} is not in group {g.name} {g.ranks}")
     i = g.index[root]
@@ -508,7 +513,7 @@ def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None
     rs = _rank()
     g = rs.world.dist.member(rs, group, "reduce")
     t = _check_tensor(rs, tensor, "reduce")
-    root = dst if dst is not None else g.ranks[group_dst or 0]
+    root = _root(g, dst, group_dst)
     i = g.index[root]
     name = _redop_name(op)
     return _launch_collective(
@@ -626,7 +631,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
     rs = _rank()
     g = rs.world.dist.member(rs, group, "gather")
     t = _check_tensor(rs, tensor, "gather")
-    root = dst if dst is not None else g.ranks[group_dst or 0]
+    root = _root(g, dst, group_dst)
     i = g.index[root]
     n = g.size()
     outs = [_check_tensor(rs, x, "gather") for x in (gather_list or [])] if rs.rank == root else []
@@ -641,7 +646,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
     rs = _rank()
     g = rs.world.dist.member(rs, group, "scatter")
     t = _check_tensor(rs, tensor, "scatter")
-    root = src if src is not None else g.ranks[group_src or 0]
+    root = _root(g, src, group_src)
     i = g.index[root]
     n = g.size()
     ins = [_check_tensor(rs, x, "scatter") for x in (scatter_list or [])] if rs.rank == root else []
@@ -767,7 +772,7 @@ def all_gather_object(object_list, obj, group=None):
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
     rs = _rank()
     g0 = rs.world.dist.resolve(group)
-    root = src if src is not None else g0.ranks[group_src or 0]
+    root = _root(g0, src, group_src)
     g, inst = _object_exchange("broadcast_object_list", group, pickle.dumps(list(object_list)))
     vals = pickle.loads(inst.payloads[root])
     for i, v in enumerate(vals):
@@ -777,7 +782,7 @@ def broadcast_object_list(object_list, src=None, group=None, device=None, group_
 def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
     rs = _rank()
     g, inst = _object_exchange("gather_object", group, pickle.dumps(obj))
-    root = dst if dst is not None else g.ranks[group_dst or 0]
+    root = _root(g, dst, group_dst)
     if rs.rank == root and object_gather_list is not None:
         for i, r in enumerate(g.ranks):
             object_gather_list[i] = pickle.loads(inst.payloads[r])
@@ -787,7 +792,7 @@ def scatter_object_list(scatter_object_output_list, scatter_object_input_list=No
                         group_src=None):
     rs = _rank()
     g0 = rs.world.dist.resolve(group)
-    root = src if src is not None else g0.ranks[group_src or 0]
+    root = _root(g0, src, group_src)
     g, inst = _object_exchange("scatter_object_list", group,
                                pickle.dumps(list(scatter_object_input_list or [])))
     vals = pickle.loads(inst.payloads[root])

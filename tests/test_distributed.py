@@ -27,7 +27,6 @@ def collective_program(kind, async_op, sub):
             g = evens if me % 2 == 0 else odds
             ranks = [r for r in range(W) if r % 2 == me % 2]
         n = len(ranks)
-        gr = ranks.index(me)
         x = _vals(me).cuda()
         w = None
         if kind.startswith("all_reduce"):

@@ -41,13 +41,6 @@ def _side_producer(sync):
             ev = torch.cuda.Event()
             ev.record(side)
             cur.wait_event(ev)
-        elif sync == "event_before":
-            # recorded on the producer stream BEFORE the producer was launched: orders nothing
-            side2 = side
-            ev = torch.cuda.Event()
-            with torch.cuda.stream(side2):
-                pass
-            ev.record(side2)
         elif sync == "synchronize":
             torch.cuda.synchronize()
         return y + 1
@@ -109,6 +102,14 @@ def test_observed_damage_for_side_stream_race():
         if res.hazards[0].observed:
             got_nan |= bool(torch.isnan(res.returns[0]).any())
     assert got_nan
+
+
+def test_event_before_producer_damage_shows_with_targeted_policy():
+    """The 'event recorded before the producer' hazard turns into wrong values when the producer is delayed."""
+    fn = _side_producer_event_before()
+    h = simdist.run(fn, policy="none").hazards[0]
+    res = simdist.run(fn, policy=Targeted({h.first_op_key: 10_000_000}))
+    assert res.hazards[0].observed and torch.isnan(res.returns[0]).all()
 
 
 def test_targeted_policy_turns_possible_into_observed():
