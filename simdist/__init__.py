@@ -1,11 +1,11 @@
 """simdist: simulated-distributed, deterministic testing of PyTorch stream and NCCL code on the CPU."""
-from .api import RunResult, run
+from .api import RunResult, run, run_script
 from .errors import (CollectiveMismatch, Deadlock, DeterminismError, HazardError, SimulationError,
                      UnsupportedOperation)
 from .hazards import Access, Hazard
 from .policies import PCT, Choice, Jitter, NoJitter, Policy, Replay, Targeted, make_policy
 
-__all__ = ["run", "RunResult", "Hazard", "Access", "SimulationError", "UnsupportedOperation", "CollectiveMismatch",
+__all__ = ["run", "run_script", "RunResult", "Hazard", "Access", "SimulationError", "UnsupportedOperation", "CollectiveMismatch",
            "Deadlock", "HazardError", "DeterminismError", "Policy", "Jitter", "NoJitter", "PCT", "Choice", "Replay",
            "Targeted", "make_policy"]
 __version__ = "0.1.0"

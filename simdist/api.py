@@ -116,7 +116,11 @@ def _target_of(fn):
 
 def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None):
     from .policies import Choice, Jitter
-    cmd = f"simdist run {shlex.quote(_target_of(fn))} --world-size {world_size} --seed {seed} --nccl {nccl}"
+    script = getattr(fn, "_simdist_script", None)
+    target = shlex.quote(script[0]) if script else shlex.quote(_target_of(fn))
+    cmd = f"simdist run {target} --world-size {world_size} --seed {seed} --nccl {nccl}"
+    if script and script[1]:
+        cmd += " -- " + " ".join(shlex.quote(a) for a in script[1])
     if kwargs:
         try:
             cmd += f" --kwargs {shlex.quote(json.dumps(kwargs))}"
@@ -155,6 +159,57 @@ def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=Non
         return a
     return _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
                      avoid_record_streams, set_device)
+
+
+class ScriptExit(Exception):
+    """A rank's script called sys.exit with a non-zero status."""
+
+
+def script_main(path, argv=()):
+    """A callable that executes a torchrun-style script as `__main__`, in a fresh module namespace per call.
+
+    Each simulated rank gets its own module globals, as each torchrun process would. `sys.exit(0)` (or None)
+    ends the rank normally; any other status raises ScriptExit naming it.
+    """
+    import os
+    import types
+    path = os.path.abspath(path)
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+
+    def main():
+        mod = types.ModuleType("__main__")
+        mod.__file__ = path
+        mod.__builtins__ = __builtins__
+        try:
+            exec(code, mod.__dict__)
+        except SystemExit as e:
+            if e.code not in (None, 0):
+                raise ScriptExit(f"{os.path.basename(path)} exited with status {e.code!r}") from None
+        return None
+
+    main.__name__ = main.__qualname__ = os.path.basename(path)
+    main._simdist_script = (os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path,
+                            tuple(argv))
+    return main
+
+
+def run_script(path, *, world_size=1, argv=(), **options) -> RunResult:
+    """Run a torchrun-style script in a simulated world: what `torchrun --nproc-per-node=N path argv...` does.
+
+    Each rank executes the file as `__main__` with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT set, and
+    `sys.argv` = [path, *argv] for the run. Other options are those of `simdist.run`.
+    """
+    import os
+    main = script_main(path, argv)
+    old_argv, old_path = sys.argv, list(sys.path)
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        return run(main, world_size=world_size, **options)
+    finally:
+        sys.argv = old_argv
+        sys.path[:] = old_path
 
 
 def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count, avoid_record_streams,

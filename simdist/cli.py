@@ -2,6 +2,8 @@
 
   simdist hunt                 run the incident hunt (refit properties over the incident's configurations)
   simdist run FILE.py:FN       run a function in a simulated world and print its report (also: module:fn)
+  simdist run SCRIPT.py -n 2   run a torchrun-style script as __main__ on every rank (like torchrun
+                               --nproc-per-node=2 SCRIPT.py); script arguments go after `--`
   simdist bench                run the benchmarks (python -m benchmarks)
   simdist scenarios --export   write the scenario corpus for the nightly GPU job
 """
@@ -34,7 +36,15 @@ def _load(target):
 
 def cmd_run(a):
     import simdist
-    fn = _load(a.target)
+    script = ":" not in a.target and (a.target.endswith(".py") or os.path.isfile(a.target))
+    if a.args and not script:
+        raise SystemExit(f"simdist run: extra arguments {a.args!r} are only for scripts (FILE.py)")
+    if script:
+        if not os.path.isfile(a.target):
+            raise SystemExit(f"simdist run: no such script {a.target!r}")
+        fn = simdist.api.script_main(a.target, a.args)
+    else:
+        fn = _load(a.target)
     policy = [int(x) for x in a.delays.split(",")] if a.delays else a.policy
     if a.delay_op:
         import simdist as sd
@@ -42,7 +52,11 @@ def cmd_run(a):
         policy = sd.Targeted({(int(rank), stream, int(seq)): int(ns)}, sd.make_policy(a.policy, a.seed))
     import json
     kwargs = json.loads(a.kwargs) if a.kwargs else None
-    res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, kwargs=kwargs)
+    if script:
+        res = simdist.run_script(a.target, argv=a.args, world_size=a.world_size, seed=a.seed, nccl=a.nccl,
+                                 policy=policy)
+    else:
+        res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, kwargs=kwargs)
     print(res.report())
     if a.trace:
         res.save_trace(a.trace)
@@ -88,9 +102,16 @@ def build_parser():
     h.add_argument("--export", default=None, help="also write the scenario corpus for the GPU job here")
     h.add_argument("--no-progress", action="store_true")
     h.set_defaults(func=cmd_hunt)
-    r = sub.add_parser("run", help="run FILE.py:FN (or module:fn) in a simulated world and report hazards")
-    r.add_argument("target")
-    r.add_argument("--world-size", type=int, default=1)
+    r = sub.add_parser("run", help="run FILE.py:FN, module:fn or a torchrun-style SCRIPT.py in a simulated world "
+                                   "and report hazards",
+                       description="Runs a function (FILE.py:FN or module:fn, called once per rank) or a whole "
+                                   "torchrun-style script (SCRIPT.py, executed as __main__ on every rank with RANK, "
+                                   "LOCAL_RANK and WORLD_SIZE set) on simulated GPUs, and prints the hazard report. "
+                                   "Exit status: 0 clean, 1 hazards found.")
+    r.add_argument("target", help="FILE.py:FN, module:fn or SCRIPT.py")
+    r.add_argument("args", nargs="*", help="arguments for a script (put them after `--`)")
+    r.add_argument("--world-size", "--nproc-per-node", "-n", type=int, default=1, dest="world_size",
+                   help="simulated ranks, one GPU each (default 1)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--nccl", default=None, help="2.7 or 2.8 (default: the installed torch)")
     r.add_argument("--policy", default=None, help="jitter (default), none, pct")
@@ -110,7 +131,14 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = []
+    if "--" in argv and argv[:1] == ["run"]:  # script arguments, passed through untouched
+        i = argv.index("--")
+        argv, rest = argv[:i], argv[i + 1:]
     a = build_parser().parse_args(argv)
+    if rest:
+        a.args = list(getattr(a, "args", [])) + rest
     sys.exit(a.func(a) or 0)
 
 

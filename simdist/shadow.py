@@ -237,6 +237,8 @@ class Shadow:
             writer, other, bad_if_done, ow = second, first, False, False
         if writer.done:
             return  # the write already landed, in launch order: the good order
+        if ow and other.coll is not None and _coll_reads(other, data, lo, hi):
+            ow = False  # an in-place collective reads its buffer at the rendezvous: damage if that comes first
         w = Watch(h, other, bad_if_done, lo, hi, data, ow)
         if writer.watches is None:
             writer.watches = [w]
@@ -319,6 +321,22 @@ def _read_done(op):
     if op.coll is not None:
         return op.coll.snapshot_taken(op)
     return op.done
+
+
+def _coll_reads(op, data, lo, hi):
+    """Whether collective op reads bytes [lo, hi) of segment `data` (its input views, as registered)."""
+    spec = op.coll.specs.get(op.stream.dev.rank)
+    if spec is None:
+        return False
+    base = data.untyped_storage().data_ptr()
+    for v in spec[0]:
+        if v.untyped_storage().data_ptr() != base or not v.numel():
+            continue
+        vlo = v.storage_offset() * v.element_size()
+        vhi = vlo + v.numel() * v.element_size()
+        if vlo < hi and lo < vhi:
+            return True
+    return False
 
 
 def op_key(op):
