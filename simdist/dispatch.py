@@ -8,6 +8,8 @@ op's virtual end time. Views run at once (they touch no bytes).
 """
 from __future__ import annotations
 
+from heapq import heappush
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -124,19 +126,23 @@ class _Unwrapped:
     __slots__ = ("args", "kwargs", "sims", "key", "dev", "cpu_tensors")
 
 
+_SCALARS = (int, float, bool, complex, type(None), str, torch.dtype, torch.device, torch.memory_format,
+            torch.layout)
+
+
 def _conv(a, sims, key, flags):
     """SimTensor -> its CPU view; collects the SimTensors and the cache key. (No closures: gc is off.)"""
     t = type(a)
     if t is SimTensor:
         sims.append(a)
         if key is not None:
-            key.append((a.shape, a.stride(), a.dtype))
+            key.append(a._spec)
         return a._inner
     if t is HostProxy:
         s = a._sim
         sims.append(s)
         if key is not None:
-            key.append((s.shape, s.stride(), s.dtype))
+            key.append(s._spec)
         return s._inner
     if t is list or t is tuple:
         if a and any(isinstance(x, torch.Tensor) for x in a):
@@ -144,14 +150,15 @@ def _conv(a, sims, key, flags):
                 key.append(len(a))
             return t([_conv(x, sims, key, flags) for x in a])
         if key is not None:
-            key.append(tuple(a))
+            key.append(tuple((type(x), x) for x in a))  # 1, 1.0 and True are equal keys but not equal dtypes
         return a
     if isinstance(a, torch.Tensor):
         flags[0] = True
         if key is not None:
-            key.append(("cpu", a.shape, a.dtype))
+            key.append(("cpu", a.shape, a.stride(), a.dtype))
         return a
     if key is not None:
+        key.append(t)
         key.append(a)
     return a
 
@@ -161,7 +168,22 @@ def _unwrap(rs, args, kwargs, want_key):
     sims = []
     key = [] if want_key else None
     flags = [False]
-    u.args = tuple([_conv(a, sims, key, flags) for a in args])
+    cargs = []
+    for a in args:  # the common arguments inline; _conv for the rest
+        t = type(a)
+        if t is SimTensor:
+            sims.append(a)
+            if key is not None:
+                key.append(a._spec)
+            cargs.append(a._inner)
+        elif t is float or t is int:
+            if key is not None:
+                key.append(t)
+                key.append(a)
+            cargs.append(a)
+        else:
+            cargs.append(_conv(a, sims, key, flags))
+    u.args = tuple(cargs)
     if kwargs:
         u.kwargs = {k: _conv(v, sims, key, flags) for k, v in kwargs.items()}
         if key is not None:
@@ -256,8 +278,16 @@ def _extent_bytes(shape, stride, dtype):
 
 def allocate(dev, stream, shape, stride, dtype):
     mem = dev.memory
-    alloc = mem.malloc(_extent_bytes(shape, stride, dtype), stream)
-    return SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
+    nbytes = _extent_bytes(shape, stride, dtype)
+    alloc = mem.malloc(nbytes, stream)
+    t = SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
+    if nbytes:
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        lo = alloc.block.offset
+        t._span = (lo, lo + nbytes, n == nbytes)  # dense when no byte of the extent is skipped
+    return t
 
 
 def allocate_like_contiguous(dev, stream, shape, dtype):
@@ -266,8 +296,11 @@ def allocate_like_contiguous(dev, stream, shape, dtype):
 
 
 # --- launching -------------------------------------------------------------------
-def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None, coll=None):
-    """Queue device work on `stream` and check its accesses. reads/writes: SimTensors."""
+def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None, coll=None, skip=2):
+    """Queue device work on `stream` and check its accesses. reads/writes: SimTensors.
+
+    skip: frames between launch's caller and the program (capture_frames); the per-op paths pass their own.
+    """
     world = rs.world
     host = rs.host
     if stream.host_ver != host.ver:
@@ -276,7 +309,7 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
     stream.seq += 1
     op.seq = stream.seq
     op.vc = stream.vc
-    op.frames = capture_frames()
+    op.frames = capture_frames(8, skip)
     if coll is not None:
         op.coll = coll
         coll.arrive(rs, op)
@@ -290,18 +323,28 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
     tail = stream.tail
     if tail is None or tail.end is not None:
         # fast path of World.schedule: the predecessor already has a time
-        op.start_lb = op.launch if tail is None or tail.end < op.launch else tail.end
-        world._started(op)
+        start = op.launch if tail is None or tail.end < op.launch else tail.end
+        op.start_lb = start
+        if coll is None:  # World._start_all for one kernel nobody waits on yet
+            op.start = start
+            op.end = end = start + dur
+            if fn is not None:
+                world._tie += 1
+                heappush(world.heap, (end, world._tie, op))
+            else:
+                op.done = True
+        else:
+            world._started(op)
     else:
         world.schedule(op, (tail,))
     stream.tail = op
     host.clock += LAUNCH_NS
     shadow = world.shadow
     for t in writes:
-        shadow.access(op, t._inner, t._alloc, True)
+        shadow.access(op, t._inner, t._alloc, True, t._span)
     for t in reads:
         if not _in(t, writes):
-            shadow.access(op, t._inner, t._alloc, False)
+            shadow.access(op, t._inner, t._alloc, False, t._span)
     world.launches += 1
     if world.launches % DRAIN_EVERY == 0:
         world.drain_safe()
@@ -462,7 +505,7 @@ def _inplace(rs, func, info, args, kwargs):
         _run_random(seed, lambda: func(*fa, **fk))
 
     nbytes = _nbytes(u.sims)
-    launch(rs, stream, info.name, "kernel", fn, u.sims, writes, nbytes)
+    launch(rs, stream, info.name, "kernel", fn, u.sims, writes, nbytes, skip=5)
     # return what the schema says is returned: the mutated arguments themselves
     outs = []
     for pos in info.ret_alias:
@@ -523,7 +566,7 @@ def _functional(rs, func, info, args, kwargs):
     for o in real_outs:
         nbytes += o._alloc.nbytes
     launch(rs, stream, info.name, "kernel", fn, u.sims, real_outs, nbytes,
-           _flops(info.name, u.sims, real_outs) if info.name in _MM else 0)
+           _flops(info.name, u.sims, real_outs) if info.name in _MM else 0, skip=5)
     if is_seq:
         return tuple(outs) if isinstance(specs, list) else outs
     return outs[0]
@@ -757,10 +800,68 @@ def _is_pinned(rs, func, args, kwargs):
     return False
 
 
+_INPLACE_VIEWS = {}
+for _name, _ovs in (("as_strided_", ("default",)), ("t_", ("default",)), ("unsqueeze_", ("default",)),
+                    ("squeeze_", ("default", "dim", "dims")), ("transpose_", ("default",)),
+                    ("swapdims_", ("default",)), ("swapaxes_", ("default",)), ("detach_", ("default",))):
+    _pk, _base = getattr(aten, _name, None), getattr(aten, _name[:-1], None)
+    for _ov in _ovs:
+        _bov = "int" if _name == "transpose_" else _ov  # aten.transpose's overload is named .int
+        if _pk is not None and _base is not None and hasattr(_pk, _ov) and hasattr(_base, _bov):
+            _INPLACE_VIEWS[getattr(_pk, _ov)] = getattr(_base, _bov)
+
+
+def _inplace_view(rs, func, args, kwargs):
+    """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
+    x = _sim_of(args[0])
+    u = _unwrap(rs, args, kwargs, False)
+    res = _INPLACE_VIEWS[func](*u.args, **u.kwargs)
+    y = SimTensor(res, x._dev, x._alloc)
+    x.data = y  # swap the wrapper's sizes/strides/offset, keeping the Python object (as torch does)
+    x._inner = res
+    x._spec = y._spec
+    x._span = None
+    return args[0]
+
+
+for _f in _INPLACE_VIEWS:
+    _SPECIAL[_f] = _inplace_view
+
+
+def _resize(rs, func, args, kwargs):
+    """x.resize_(shape) within the bytes x's allocation already has: a metadata change (contiguous strides
+    from x's storage offset). Growing beyond them would reallocate and copy, which is not modelled."""
+    x = _sim_of(args[0])
+    shape = tuple(args[1] if len(args) > 1 else kwargs["size"])
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
+        raise UnsupportedOperation(f"resize_ with memory_format={kwargs['memory_format']} is not modelled")
+    inner = x._inner
+    n = 1
+    for d in shape:
+        n *= d
+    isz = inner.element_size()
+    base = x._alloc.block.offset // isz if x._alloc.block is not None else 0
+    avail = x._alloc.nbytes // isz - (inner.storage_offset() - base) if x._alloc.block is not None else 0
+    if n > avail:
+        raise UnsupportedOperation(f"resize_ of a simulated CUDA tensor to {list(shape)} ({n} elements) grows "
+                                   f"it past its allocation ({avail} elements): not modelled by simdist")
+    stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
+    res = inner.as_strided(shape, stride, inner.storage_offset())
+    y = SimTensor(res, x._dev, x._alloc)
+    x.data = y
+    x._inner = res
+    x._spec = y._spec
+    x._span = None
+    return args[0]
+
+
+_SPECIAL[aten.resize_.default] = _resize
+
+
 def _unsupported(rs, func, args, kwargs):
     raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
 
 
 for _f in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
-           aten.resize_.default, aten._pin_memory.default):
+           aten._pin_memory.default):
     _SPECIAL[_f] = _unsupported

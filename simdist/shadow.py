@@ -142,22 +142,25 @@ class Shadow:
             del g[0]
 
     # --- access checking -------------------------------------------------
-    def access(self, op, view, alloc, write):
-        """Record that `op` reads or writes `view` (a CPU view of a segment)."""
-        n = view.numel()
-        if n == 0:
-            return
-        isz = view.element_size()
-        lo = view.storage_offset() * isz
-        contig = view.is_contiguous()
-        if contig:
-            hi = lo + n * isz
+    def access(self, op, view, alloc, write, span=None):
+        """Record that `op` reads or writes `view` (a CPU view of a segment); span: its (lo, hi, dense)."""
+        if span is None:
+            n = view.numel()
+            if n == 0:
+                return
+            isz = view.element_size()
+            lo = view.storage_offset() * isz
+            contig = view.is_contiguous()
+            if contig:
+                hi = lo + n * isz
+            else:
+                ext = 1
+                for s, st in zip(view.shape, view.stride()):
+                    if s > 1:
+                        ext += (s - 1) * st
+                hi = lo + ext * isz
         else:
-            ext = 1
-            for s, st in zip(view.shape, view.stride()):
-                if s > 1:
-                    ext += (s - 1) * st
-            hi = lo + ext * isz
+            lo, hi, contig = span
         rec = Rec(op, lo, hi, write, alloc.id, contig, view)
         records = alloc.records
         if records:
@@ -259,12 +262,10 @@ class Shadow:
         try:
             self._execute(op)
         except Exception as e:
-            from .errors import SimulationError
-            from .timeline import format_frames
-            if isinstance(e, SimulationError):
+            err = op_error(op, e)
+            if err is e:
                 raise
-            raise type(e)(f"{e}\n(simdist: raised when op {op.name} on {op.stream.name} ran; launched at:\n"
-                          f"{format_frames(op.frames)})") from e
+            raise err from e
 
     def _execute(self, op):
         watches = op.watches
@@ -285,6 +286,19 @@ class Shadow:
         for w, before in pre:
             if not torch.equal(before, w.data[w.lo:w.hi]):
                 w.hazard.observed = True
+
+
+def op_error(op, e):
+    """The exception a failing kernel raises, naming where it was launched (kernels run after their launch)."""
+    from .errors import SimulationError
+    from .timeline import format_frames
+    if isinstance(e, SimulationError):
+        return e
+    try:
+        return type(e)(f"{e}\n(simdist: raised when op {op.name} on {op.stream.name} ran; launched at:\n"
+                       f"{format_frames(op.frames)})")
+    except Exception:  # an exception type whose constructor takes other arguments
+        return e
 
 
 def _hull_per_op(recs):

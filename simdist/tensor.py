@@ -31,6 +31,8 @@ class SimTensor(torch.Tensor):
         r._inner = inner
         r._dev = dev
         r._alloc = alloc
+        r._spec = (shape, stride, inner.dtype)  # the output-shape cache key of this argument
+        r._span = None  # (lo, hi, dense) bytes of the segment, when known without asking the view
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl

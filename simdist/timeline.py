@@ -72,10 +72,14 @@ class Host:
         self.ver += 1
 
 
-def capture_frames(depth=10):
+def capture_frames(depth=10, skip=2):
     """Cheap stack capture: (code, instruction offset) pairs; line numbers are resolved only when reported
-    (f_lineno scans the code's line table on every access, f_lasti does not)."""
-    f = sys._getframe(2)
+    (f_lineno scans the code's line table on every access, f_lasti does not). `skip` frames above this one
+    are simdist's own (callers on the hot path know their depth; the report filters any that remain)."""
+    try:
+        f = sys._getframe(skip)
+    except ValueError:
+        f = sys._getframe(1)
     out = []
     while f is not None and depth:
         out.append((f.f_code, f.f_lasti))
