@@ -1,6 +1,7 @@
 """simdist.run and RunResult: the public entry point."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from array import array
@@ -29,7 +30,7 @@ class RunResult:
 
     returns: list
     hazards: list
-    digest: str
+    _digest: object = field(repr=False)
     _trace_source: tuple = field(repr=False)
     schedule: dict = field(repr=False)
     seed: int = 0
@@ -39,6 +40,14 @@ class RunResult:
     end_time_ns: int = 0
     ops: int = 0
     replay: str = ""
+
+    @property
+    def digest(self) -> str:
+        """Hash of the schedule (every op's stream, sequence, start and end), the returns and the hazards."""
+        d = self._digest
+        if not isinstance(d, str):
+            d = self._digest = d.hexdigest()
+        return d
 
     @property
     def trace(self):
@@ -212,6 +221,27 @@ def run_script(path, *, world_size=1, argv=(), **options) -> RunResult:
         sys.path[:] = old_path
 
 
+class _DigestSource:
+    """Computes RunResult.digest on first use: most runs (the hunt's thousands) never read it."""
+
+    def __init__(self, world, returns, hazards):
+        self.ops, self.hasher, self.hazards = world.ops_log, world.hasher, hazards
+        r = hashlib.blake2b(digest_size=16)
+        _hash_value(r, returns)  # now: the caller may change the returned objects before reading the digest
+        self.returns_hash = r.digest()
+
+    def hexdigest(self):
+        h = self.hasher
+        flat = array("q")
+        for op in self.ops:  # (rank, stream, seq, start, end) of every op, in execution order
+            flat.extend((op.stream.dev.rank, op.stream.id, op.seq, op.start, op.end))
+        h.update(flat.tobytes())
+        h.update(self.returns_hash)
+        for hz in self.hazards:
+            h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
+        return h.hexdigest()
+
+
 def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count, avoid_record_streams,
               set_device):
     import os
@@ -263,23 +293,16 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                 for d in rs.devices.values():
                     d.memory.closed = True
                     recycle(d.memory)
-    h = world.hasher
-    flat = array("q")
-    for op in world.ops_log:  # (rank, stream, seq, start, end) of every op, in execution order
-        flat.extend((op.stream.dev.rank, op.stream.id, op.seq, op.start, op.end))
-    h.update(flat.tobytes())
-    _hash_value(h, returns)
     hazards = list(world.shadow.order)
-    by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
-    for hz in hazards:
-        a, b = by_key.get(hz.first_op_key), by_key.get(hz.second_op_key)
-        if a is not None and b is not None and a.end is not None and b.end is not None:
-            hz.slack_ns = a.end - b.end
-    for hz in hazards:
-        h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
-    digest = h.hexdigest()
+    if hazards:
+        by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
+        for hz in hazards:
+            a, b = by_key.get(hz.first_op_key), by_key.get(hz.second_op_key)
+            if a is not None and b is not None and a.end is not None and b.end is not None:
+                hz.slack_ns = a.end - b.end
     replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs)
-    return RunResult(returns=returns, hazards=hazards, digest=digest, _trace_source=(TraceSource(world), hazards),
+    return RunResult(returns=returns, hazards=hazards, _digest=_DigestSource(world, returns, hazards),
+                     _trace_source=(TraceSource(world), hazards),
                      schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
-                     nccl=nccl, end_time_ns=max((o.end for o in world.ops_log), default=0), ops=len(world.ops_log),
+                     nccl=nccl, end_time_ns=world.ops_log[-1].end if world.ops_log else 0, ops=len(world.ops_log),
                      replay=replay)

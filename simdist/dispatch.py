@@ -8,12 +8,15 @@ op's virtual end time. Views run at once (they touch no bytes).
 """
 from __future__ import annotations
 
+from functools import partial
 from heapq import heappush
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cost, rng
+from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
+from .shadow import Rec
 from .errors import SimulationError, UnsupportedOperation
 from .tensor import HostProxy, SimTensor
 from .timeline import LAUNCH_NS, Op, capture_frames
@@ -28,11 +31,13 @@ VIEW, INPLACE, FUNCTIONAL, SCALAR = "view", "inplace", "functional", "scalar"
 
 class OpInfo:
     __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "special", "random")
+                 "special", "random", "func", "out_op")
 
     def __init__(self):
         self.special = None
         self.out_variant = None
+        self.out_op = None
+        self.func = None
 
 
 _INFO: dict = {}
@@ -77,6 +82,8 @@ def _classify(func):
     elif rets and all(_is_tensorish(r.type) for r in rets):
         info.kind = FUNCTIONAL
         info.out_variant = _find_out_variant(func)
+        if info.out_variant is not None:
+            info.out_op = info.out_variant._op  # the C callable under OpOverload.__call__
     else:
         info.kind = SCALAR
     info.special = _SPECIAL.get(func)
@@ -101,10 +108,18 @@ def _find_out_variant(func):
     return None
 
 
+# id(op) -> OpInfo for functional ops with an .out overload and no randomness: _fast_functional may take them.
+# Keyed by id: OpOverload.__hash__ is a Python method. The OpInfo holds the op, so the id stays unique.
+_FAST_OPS: dict = {}
+
+
 def op_info(func):
     i = _INFO.get(func)
     if i is None:
         i = _INFO[func] = _classify(func)
+        if i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.special is None:
+            i.func = func
+            _FAST_OPS[id(func)] = i
     return i
 
 
@@ -317,7 +332,7 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
     else:
         key = (rs.rank, stream.name, op.seq)
         if dur is None:
-            dur = world.policy.kernel(key, cost.kernel_ns(nbytes, flops))
+            dur = world.policy.kernel(key, KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS + flops // FLOPS_PER_NS)
         world.schedule_log[key] = dur
     op.dur = dur
     tail = stream.tail
@@ -341,7 +356,11 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
     host.clock += LAUNCH_NS
     shadow = world.shadow
     for t in writes:
-        shadow.access(op, t._inner, t._alloc, True, t._span)
+        a, sp = t._alloc, t._span
+        if sp is not None and not a.records:  # Shadow.access on untouched bytes (a fresh output): one record
+            a.records = [Rec(op, sp[0], sp[1], True, a.id, sp[2], t._inner)]
+        else:
+            shadow.access(op, t._inner, a, True, sp)
     for t in reads:
         if not _in(t, writes):
             shadow.access(op, t._inner, t._alloc, False, t._span)
@@ -412,6 +431,12 @@ class RankMode(TorchDispatchMode):
             if sp is not None:
                 return sp(self.rs, func, args, kwargs)
             return factory(self.rs, func, args, kwargs, dev)
+        if not kwargs:
+            info = _FAST_OPS.get(id(func))
+            if info is not None:
+                r = _fast_functional(self.rs, info, args)
+                if r is not _MISS:
+                    return r
         return dispatch(self.rs, func, args, kwargs)
 
 
@@ -540,6 +565,9 @@ def _functional(rs, func, info, args, kwargs):
         return _sync_compute(rs, func, info, u)
     stream = rs.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
+    if (not kwargs and not is_seq and info.out_variant is not None and not info.random and specs[0] is not None
+            and not u.cpu_tensors and u.key is not None):
+        _FAST_SPECS[(id(func), *u.key)] = specs[0]  # later calls with this signature take _fast_functional
     if info.has_generator:
         _with_generator(info, u, dev)
     seed = _random_seed(info, dev) if info.random else None
@@ -570,6 +598,52 @@ def _functional(rs, func, info, args, kwargs):
     if is_seq:
         return tuple(outs) if isinstance(specs, list) else outs
     return outs[0]
+
+
+_FAST_SPECS: dict = {}
+_MISS = object()
+
+
+def _fast_functional(rs, info, args):
+    """_functional for its commonest case, fused: positional SimTensor / float / int arguments, an output-shape
+    cache hit, an `.out` overload, no randomness. Anything else returns _MISS and takes the general path."""
+    key = [id(info.func)]
+    cargs = []
+    sims = []
+    dev = None
+    nbytes = 0
+    for a in args:
+        t = type(a)
+        if t is SimTensor:
+            d = a._dev
+            if d is not dev:
+                if dev is not None:
+                    return _MISS
+                dev = d
+            key.append(a._spec)
+            cargs.append(a._inner)
+            sims.append(a)
+            sp = a._span
+            nbytes += sp[1] - sp[0] if sp is not None else a.numel() * a.element_size()
+        elif t is float or t is int:
+            key.append(t)
+            key.append(a)
+            cargs.append(a)
+        else:
+            return _MISS
+    if dev is None or dev.rank != rs.rank:
+        return _MISS
+    spec = _FAST_SPECS.get(tuple(key))
+    if spec is None:
+        return _MISS
+    stream = rs.current_streams.get(dev.index)
+    if stream is None:
+        stream = dev.default_stream
+    out = allocate(dev, stream, *spec)
+    nbytes += out._alloc.nbytes
+    launch(rs, stream, info.name, "kernel", partial(info.out_op, *cargs, out=out._inner), sims, (out,),
+           nbytes, _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
+    return out
 
 
 def _sync_compute(rs, func, info, u):

@@ -63,6 +63,7 @@ def recycle(memory):
             _buffered[0] += seg.size
             seg.data = None
             seg.typed = {}
+        seg.graveyard = []  # its records view the bytes; a finished run's result must not keep them alive
 
 
 class Segment:

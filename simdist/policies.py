@@ -49,6 +49,7 @@ class Jitter(Policy):
     def bind(self, world):
         super().bind(world)
         self.rngs = {}
+        self.randoms = {}  # rank -> bound random() of its stream
 
     def _rng(self, rank):
         r = self.rngs.get(rank)
@@ -67,7 +68,17 @@ class Jitter(Policy):
         return f
 
     def kernel(self, key, base_ns):
-        return max(1, int(base_ns * self._factor(self._rng(key[0]))))
+        # _factor inlined: this runs once per simulated kernel (same draws, same values)
+        r = self.randoms.get(key[0])
+        if r is None:
+            r = self.randoms[key[0]] = self._rng(key[0]).random
+        f = math.exp(self.sigma * 3.4641016 * (r() - 0.5))
+        u = r()
+        if u < self.tail:
+            lo, hi = self.tail_range
+            f *= lo + (hi - lo) * (u / self.tail)
+        d = int(base_ns * f)
+        return d if d > 1 else 1
 
     def collective(self, key, base_ns):
         return max(1, int(base_ns * self._factor(self._rng(-1))))

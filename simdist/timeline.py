@@ -80,9 +80,11 @@ def capture_frames(depth=10, skip=2):
         f = sys._getframe(skip)
     except ValueError:
         f = sys._getframe(1)
-    out = []
+    out = []  # flat: code, offset, code, offset... (one object per op: the run keeps every op's frames)
+    add = out.append
     while f is not None and depth:
-        out.append((f.f_code, f.f_lasti))
+        add(f.f_code)
+        add(f.f_lasti)
         f = f.f_back
         depth -= 1
     return out
@@ -115,7 +117,9 @@ def user_frames(frames, limit=6):
     """The innermost frames that belong to the program under test."""
     skip = _skip_prefixes()
     out = []
-    for code, lasti in frames or ():
+    frames = frames or ()
+    for i in range(0, len(frames) - 1, 2):
+        code, lasti = frames[i], frames[i + 1]
         fn = code.co_filename
         if fn.startswith(skip) or fn.startswith("<frozen"):
             continue

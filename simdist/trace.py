@@ -3,13 +3,22 @@ from __future__ import annotations
 
 
 class TraceSource:
-    """What a trace needs of a finished world, as plain tuples (no reference to the world's memory)."""
+    """What a trace needs of a finished world: its streams and its executed ops, turned into tuples on first
+    use (most runs never draw a trace)."""
 
     def __init__(self, world):
         self.world_size = world.world_size
-        self.streams = [(s.dev.rank, s.id, s.name) for s in world.streams]
-        self.ops = [(o.stream.dev.rank, o.stream.id, o.stream.name, o.name, o.kind, o.seq, o.start, o.end)
-                    for o in world.ops_log]
+        self._streams = list(world.streams)
+        self._ops = world.ops_log
+
+    @property
+    def streams(self):
+        return [(s.dev.rank, s.id, s.name) for s in self._streams]
+
+    @property
+    def ops(self):
+        return [(o.stream.dev.rank, o.stream.id, o.stream.name, o.name, o.kind, o.seq, o.start, o.end)
+                for o in self._ops]
 
 
 def chrome_trace(src, hazards):

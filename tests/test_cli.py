@@ -32,3 +32,33 @@ def test_run_reports_and_replays():
 def test_run_with_the_fix_is_clean():
     out = _simdist("run", "examples/incident.py:refit_one_weight", "--world-size", "2", "--kwargs", '{"fix": true}')
     assert out.returncode == 0 and "no hazards" in out.stdout
+
+
+def test_run_a_torchrun_script_and_replay_it():
+    # a whole torchrun-style script runs as __main__ on every rank, with its own arguments after `--`
+    out = _simdist("run", "examples/torchrun_allreduce.py", "-n", "2", "--seed", "0")
+    assert out.returncode == 1, out.stderr
+    assert "write-after-write" in out.stdout and "OBSERVED" in out.stdout
+    replay = re.search(r"^replay: simdist run (.*)$", out.stdout, re.M).group(1).split()
+    assert replay[0] == "examples/torchrun_allreduce.py"
+    again = _simdist("run", *replay)
+    assert re.search(r"digest=(\w+)", again.stdout).group(1) == re.search(r"digest=(\w+)", out.stdout).group(1)
+    fixed = _simdist("run", "examples/torchrun_allreduce.py", "-n", "2", "--", "--fix")
+    assert fixed.returncode == 0 and "no hazards" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert fixed.stdout.count("sum=393216.0") == 2
+
+
+def test_run_script_api_gives_each_rank_its_own_module(tmp_path):
+    import simdist
+    script = tmp_path / "counter.py"
+    script.write_text("import os, sys\nCOUNT = []\nCOUNT.append(os.environ['RANK'])\n"
+                      "assert len(COUNT) == 1, COUNT\nassert sys.argv[1:] == ['--x', '1'], sys.argv\n"
+                      "if __name__ == '__main__':\n    import torch\n    t = torch.ones(4, device='cuda')\n"
+                      "    assert t.sum().item() == 4\n")
+    res = simdist.run_script(str(script), world_size=3, argv=["--x", "1"])
+    assert res.hazards == [] and res.returns == [None, None, None]
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.exit(3)\n")
+    import pytest
+    with pytest.raises(simdist.api.ScriptExit, match="status 3"):
+        simdist.run_script(str(bad), world_size=2)

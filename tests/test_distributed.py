@@ -307,3 +307,29 @@ def test_non_contiguous_collective_input_is_refused():
         dist.all_reduce(x)
     with pytest.raises(ValueError, match="contiguous"):
         simdist.run(fn, world_size=2)
+
+
+def test_in_place_collective_reading_before_a_racing_write_is_observed():
+    # An in-place all_reduce reads its buffer when every rank has arrived (NCCL kernels spin until their
+    # peers start); a side-stream write that lands after that read is lost or mixed in. Whenever the values
+    # come out wrong, the run must say so: wrong values imply an observed hazard, in every seed.
+    def prog():
+        rank = dist.get_rank()
+        x = torch.full((4096,), float(rank + 1), device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2  # no wait back to the current stream before the collective
+        dist.all_reduce(y)
+        torch.cuda.synchronize()
+        return y.sum().item()
+
+    seen_damage = False
+    for seed in range(20):
+        res = simdist.run(prog, world_size=2, seed=seed, nccl="2.8")
+        wrong = any(v != 2.0 * 3 * 4096 for v in res.returns)
+        assert res.hazards, seed
+        if wrong:
+            seen_damage = True
+            assert any(h.observed for h in res.hazards), (seed, res.returns)
+    assert seen_damage

@@ -1,0 +1,87 @@
+"""Torch semantics the dispatcher must keep exactly: what a program computes is what eager torch computes.
+
+Each test names the rule; the reference is eager CPU torch on the same program (a simulated GPU must compute
+what a real one does, bit for bit on these ops).
+"""
+import pytest
+import torch
+
+import simdist
+
+
+def test_scalar_type_is_part_of_the_output_signature():
+    # Type promotion (docs: torch "Type Promotion"): int tensor + 1 stays int64, + 1.0 is float32, + True
+    # stays int64. 1, 1.0 and True are equal Python keys, so a shape cache keyed on the value alone mixes them.
+    def fn():
+        x = torch.arange(4, device="cuda")
+        a, b, c = x + 1, x + 1.0, x + True
+        return a.dtype, b.dtype, c.dtype, a.cpu(), b.cpu()
+
+    (da, db, dc, a, b), = simdist.run(fn).returns
+    assert (da, db, dc) == (torch.int64, torch.float32, torch.int64)
+    assert a.tolist() == [1, 2, 3, 4] and b.tolist() == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_in_place_view_ops_change_metadata_at_once():
+    # t_(), transpose_(), unsqueeze_(), squeeze_(), as_strided_() change sizes/strides of the tensor object
+    # itself (docs: "Tensor Views"); no device work is involved, so later ops and .shape see it immediately.
+    def prog(dev):
+        x = torch.arange(6., device=dev).reshape(2, 3)
+        x.unsqueeze_(0)
+        s0 = tuple(x.shape)
+        x.squeeze_(0)
+        x.t_()
+        y = x * 2
+        x.transpose_(0, 1)
+        z = x + 0
+        v = torch.arange(6., device=dev)
+        v.as_strided_((2, 2), (1, 2), 1)
+        w = torch.arange(8., device=dev)
+        w.resize_(2, 2)
+        return s0, tuple(x.shape), y.cpu(), z.cpu(), v.cpu(), w.cpu()
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    assert got[:2] == want[:2]
+    for g, w in zip(got[2:], want[2:]):
+        assert torch.equal(g, w)
+
+
+def test_resize_beyond_the_allocation_is_refused_by_name():
+    def fn():
+        w = torch.arange(8., device="cuda")
+        w.resize_(100)
+
+    with pytest.raises(simdist.UnsupportedOperation, match="resize_"):
+        simdist.run(fn)
+
+
+@pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "pow", "maximum"])
+def test_repeated_signatures_take_the_fast_path_and_stay_exact(op):
+    # The fused fast path (cached output spec, .out overload) must give eager's values and dtypes exactly,
+    # including mixed int/float scalars and broadcasting.
+    f = getattr(torch, op)
+
+    def prog(dev):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(3, 4, generator=g).to(dev)
+        b = torch.randn(4, generator=g).to(dev)
+        i = torch.arange(12, device=dev).reshape(3, 4)
+        outs = []
+        for _ in range(3):
+            outs.append(f(a, b).cpu())
+            if op == "maximum":  # tensor-tensor only
+                outs.append(f(i, i.flip(0)).cpu())
+                continue
+            outs.append(f(a, 2).cpu())
+            outs.append(f(a, 2.5).cpu())
+            if op not in ("div", "pow"):
+                outs.append(f(i, 3).cpu())
+        return outs
+
+    got, = simdist.run(prog, args=("cuda",), policy="none").returns
+    want = prog("cpu")
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)  # bit-exact (pow gives NaNs)
