@@ -390,4 +390,13 @@ def cuda_patches():
     )
     out = [(c, k, v) for k, v in items.items()]
     out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]
+    import torch.cuda.nccl as _nccl
+    out.append((_nccl, "version", nccl_version))
     return out
+
+
+def nccl_version():
+    """The NCCL release that ships with the torch whose semantics the run models (torch 2.7: 2.26, 2.8+: 2.27)."""
+    rs = _world.current_rank()
+    prof = rs.world.nccl_profile if rs is not None else "2.8"
+    return (2, 26, 2) if prof == "2.7" else (2, 27, 5)

@@ -87,6 +87,8 @@ def _classify(func):
     else:
         info.kind = SCALAR
     info.special = _SPECIAL.get(func)
+    if schema.name.startswith(("_c10d_functional::", "c10d::", "_dtensor::")):
+        info.special = _unsupported_collective  # would run locally and return one rank's data: refuse
     return info
 
 
@@ -930,6 +932,11 @@ def _resize(rs, func, args, kwargs):
 
 
 _SPECIAL[aten.resize_.default] = _resize
+
+
+def _unsupported_collective(rs, func, args, kwargs):
+    raise UnsupportedOperation(f"{func}: functional / C++ c10d collectives are not modelled by simdist; use the "
+                               "torch.distributed API (dist.all_reduce, dist.all_gather_into_tensor, ...)")
 
 
 def _unsupported(rs, func, args, kwargs):

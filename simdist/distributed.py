@@ -25,7 +25,7 @@ import torch
 import torch.distributed as _dist
 
 from . import clocks, cost
-from .errors import CollectiveMismatch, Deadlock, SimulationError
+from .errors import CollectiveMismatch, Deadlock, SimulationError, UnsupportedOperation
 from .timeline import capture_frames, format_frames
 from .world import current_rank
 
@@ -929,8 +929,22 @@ _FUNCS = dict(
 )
 
 
+def _real_rendezvous(*args, **kwargs):
+    """The real c10d rendezvous, reached inside a run: it would wait on a TCP store forever."""
+    raise UnsupportedOperation(
+        "the real torch.distributed rendezvous was reached inside a simulated rank (a TCP store would wait "
+        "for peers that never come). simdist models torch.distributed's public API (dist.init_process_group, "
+        "new_group, the collectives, P2P, object collectives); code that holds references to c10d internals "
+        "taken before the run (DeviceMesh / init_device_mesh, DTensor, functional collectives) is not modelled")
+
+
 def distributed_patches():
     out = []
+    import torch.distributed.rendezvous as _rdzv
+    for mod, name in ((_rdzv, "rendezvous"), (c10d, "rendezvous"), (c10d, "_create_c10d_store"),
+                      (_rdzv, "_create_c10d_store")):
+        if hasattr(mod, name):
+            out.append((mod, name, _real_rendezvous))
     for mod in (_dist, c10d):
         for name, fn in _FUNCS.items():
             if hasattr(mod, name):

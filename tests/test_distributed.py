@@ -333,3 +333,18 @@ def test_in_place_collective_reading_before_a_racing_write_is_observed():
             seen_damage = True
             assert any(h.observed for h in res.hazards), (seed, res.returns)
     assert seen_damage
+
+
+def test_real_c10d_internals_are_refused_not_hung():
+    # init_device_mesh holds references to c10d's own init_process_group / rendezvous: reaching the real
+    # TCP-store rendezvous inside a rank would wait forever. It must be a named error, quickly.
+    def prog():
+        dist.init_process_group("nccl")
+        from torch.distributed.device_mesh import init_device_mesh
+        init_device_mesh("cuda", (2,))
+
+    t = time.perf_counter()
+    with pytest.raises(simdist.UnsupportedOperation, match="rendezvous"):
+        simdist.run(prog, world_size=2)
+    assert time.perf_counter() - t < 10
+    assert not [th for th in threading.enumerate() if th.name.startswith("simdist")]
