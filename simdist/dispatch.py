@@ -420,9 +420,12 @@ class RankMode(TorchDispatchMode):
             hr = self.rs.world.host_reads
             if hr.tensors:
                 hr.check(self.rs, func, args, kwargs)
-            if kwargs.get("pin_memory"):
-                kwargs = dict(kwargs, pin_memory=False)  # page-locked memory is plain host memory here
+            if hr.sources:
+                hr.check_writes(self.rs, func, args, kwargs)
             dev = kwargs.get("device")
+            if kwargs.get("pin_memory") and (dev is None or torch.device(dev).type == "cpu"):
+                # a CPU build cannot page-lock: allocate plain memory and remember that it is "pinned"
+                return hr.pin(func(*args, **dict(kwargs, pin_memory=False)))
             if dev is None:
                 return func(*args, **kwargs)
             if not isinstance(dev, torch.device):
@@ -789,7 +792,7 @@ def _to_copy(rs, func, args, kwargs):
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
         # the host gets the tensor at once and must synchronize before reading it
-        out = _poisoned_host(tuple(src.shape), dtype)
+        out = rs.world.host_reads.pin(_poisoned_host(tuple(src.shape), dtype))
         si = src._inner
         op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: out.copy_(si), (src,),
                     (), _nbytes((src,)))
@@ -806,10 +809,19 @@ def _to_copy(rs, func, args, kwargs):
         if mf is not None and mf != torch.preserve_format:
             res = res.contiguous(memory_format=mf)
         return res
-    # host -> device: pageable memory is staged at launch, so snapshot now
     dev = _factory_device(rs, tdev)
-    snap = src.to(dtype=dtype).clone()
     stream = rs.current_stream(dev.index)
+    hr = rs.world.host_reads
+    if kwargs.get("non_blocking") and hr.is_pinned(src):
+        # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
+        meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
+        out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
+        oi = out._inner
+        op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: oi.copy_(src), (), (out,), _nbytes((out,)))
+        hr.pending_source(op, src)
+        return out
+    # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
+    snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
     oi = out._inner
     launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
@@ -832,8 +844,15 @@ def _copy_(rs, func, args, kwargs):
         return dst
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)
-        snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
         di = d._inner
+        hr = rs.world.host_reads
+        if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
+                and hr.is_pinned(src):
+            op = launch(rs, rs.current_stream(d._dev.index), "copy_h2d_async", "h2d", lambda: di.copy_(src), (),
+                        (d,), _nbytes((d,)))
+            hr.pending_source(op, src)  # the DMA reads the pinned buffer when it runs
+            return dst
+        snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
         launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
                _nbytes((d,)))
         return dst

@@ -93,7 +93,15 @@ class Hazard:
             f"Second access, not ordered after the first: {self.second.describe()}",
             format_frames(self.second.frames),
             "",
-            "How to fix: " + _ADVICE[self.kind],
+            "How to fix: " + (_HOST_WRITE_ADVICE if self.kind == "write-after-read" and
+                              self.second.stream.endswith("/host") else _ADVICE[self.kind]),
             "=" * 78,
         ]
         return "\n".join(lines)
+
+
+_HOST_WRITE_ADVICE = (
+    "The host overwrote a pinned buffer that an asynchronous (non_blocking=True) host-to-device copy had not read\n"
+    "yet: the copy reads page-locked memory when it runs, not when it is issued. Before reusing the buffer, wait\n"
+    "for the copy: ev = torch.cuda.Event(); ev.record() after the copy, then ev.synchronize() (or\n"
+    "stream.synchronize()); or keep one pinned buffer per copy in flight.")

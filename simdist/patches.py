@@ -56,14 +56,21 @@ _orig_is_pinned = torch.Tensor.is_pinned
 
 
 def _pin_memory(self, device=None):
-    if current_rank() is not None:
-        return self  # a CPU build cannot page-lock; the simulation treats pinned memory as host memory
+    rs = current_rank()
+    if rs is not None:
+        # a CPU build cannot page-lock: a copy in plain memory that the run remembers as pinned (async H2D
+        # copies from it then read it when they run, as the DMA does)
+        hr = rs.world.host_reads
+        if hr.is_pinned(self):
+            return self
+        return hr.pin(self.clone())
     return _orig_pin_memory(self) if device is None else _orig_pin_memory(self, device)
 
 
 def _is_pinned(self, device=None):
-    if current_rank() is not None:
-        return False
+    rs = current_rank()
+    if rs is not None:
+        return rs.world.host_reads.is_pinned(self)
     return _orig_is_pinned(self) if device is None else _orig_is_pinned(self, device)
 
 

@@ -368,10 +368,63 @@ class HostReads:
     def __init__(self, shadow):
         self.shadow = shadow
         self.tensors = {}  # data_ptr -> (op, tensor)
+        self.sources = {}  # storage data_ptr -> (op, tensor): pinned sources of async H2D copies not yet waited
+        self.pinned = {}  # storage data_ptr -> weakref of a page-locked CPU tensor made in this run
 
     def pending(self, op, t):
         if t.numel():
             self.tensors[t.data_ptr()] = (op, t)
+
+    # --- page-locked host memory ----------------------------------------
+    def pin(self, t):
+        import weakref
+        self.pinned[t.untyped_storage().data_ptr()] = weakref.ref(t)
+        return t
+
+    def is_pinned(self, t):
+        r = self.pinned.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
+        return r is not None and r() is not None
+
+    def pending_source(self, op, t):
+        """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it."""
+        if t.numel():
+            self.sources[t.untyped_storage().data_ptr()] = (op, t)
+
+    def check_writes(self, rs, func, args, kwargs):
+        from .dispatch import op_info
+        info = op_info(func)
+        for pos, name in zip(info.mutable_pos, info.mutable_names):
+            a = args[pos] if pos < len(args) else kwargs.get(name)
+            if not isinstance(a, torch.Tensor) or a.device.type != "cpu":
+                continue
+            e = self.sources.get(a.untyped_storage().data_ptr())
+            if e is None:
+                continue
+            op, t = e
+            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+                del self.sources[a.untyped_storage().data_ptr()]  # the host waited for the copy
+                continue
+            self._report_write(rs, op, a, func)
+
+    def _report_write(self, rs, op, t, func):
+        from .timeline import capture_frames
+        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=False, shape=tuple(t.shape),
+                       dtype=str(t.dtype).replace("torch.", ""), frames=op.frames, seq=op.seq)
+        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
+                        is_write=True, shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
+                        frames=capture_frames(), seq=0)
+        key = ("write-after-read", first.site, second.site)
+        h = self.shadow.hazards.get(key)
+        if h is None:
+            dev = op.stream.dev
+            h = Hazard("write-after-read", first, second, f"rank {dev.rank} cuda:{dev.index}",
+                       first_op_key=op_key(op), second_op_key=())
+            self.shadow.hazards[key] = h
+            self.shadow.order.append(h)
+        else:
+            h.count += 1
+        if not op.done:
+            h.observed = True  # the copy has not read the pinned buffer yet: it will see the host's new bytes
 
     def check(self, rs, func, args, kwargs):
         hits = []

@@ -381,3 +381,41 @@ def test_cuda_generator_and_autocast():
         return torch.equal(a, b), str(g.device), y.dtype
     assert simdist.run(fn).returns[0] == (True, "cuda:0", torch.bfloat16)
     assert torch.Generator.__module__ == "torch._C" or torch.Generator.__name__ == "Generator"
+
+
+def _pinned_staging(fix=False, pinned=True, via_copy=False):
+    buf = torch.empty(1 << 14, pin_memory=pinned)
+    assert buf.is_pinned() == pinned
+    dst = torch.empty(1 << 14, device="cuda")
+    outs = []
+    for i in range(3):
+        buf.fill_(float(i))  # the host refills its staging buffer
+        if via_copy:
+            dst.copy_(buf, non_blocking=True)
+            d = dst
+        else:
+            d = buf.to("cuda", non_blocking=True)
+        outs.append(d * 1)
+        if fix:
+            torch.cuda.current_stream().synchronize()
+    return [o.sum().item() for o in outs]
+
+
+@pytest.mark.parametrize("via_copy", [False, True])
+@pytest.mark.parametrize("seed", range(0, 20, 4))
+def test_async_h2d_from_pinned_memory_reads_the_buffer_when_it_runs(seed, via_copy):
+    # Rule: cudaMemcpyAsync from page-locked memory is a DMA that reads the host buffer when the copy executes
+    # (CUDA Runtime API, "API synchronization behavior": async H2D from pinned memory returns at once); PyTorch
+    # exposes it as .to("cuda", non_blocking=True) / copy_(..., non_blocking=True) from pin_memory() tensors
+    # ("CUDA semantics: use pinned memory buffers"). Refilling the buffer before the copy ran is a race; from
+    # pageable memory the copy is staged before the call returns, so reuse is safe.
+    want = [float(i) * (1 << 14) for i in range(3)]
+    res = simdist.run(_pinned_staging, seed=seed, kwargs={"via_copy": via_copy})
+    assert [h.kind for h in res.hazards] == ["write-after-read"]
+    assert res.hazards[0].second.stream.endswith("/host")
+    if res.returns[0] != want:
+        assert res.hazards[0].observed
+    fixed = simdist.run(_pinned_staging, seed=seed, kwargs={"via_copy": via_copy, "fix": True})
+    assert fixed.hazards == [] and fixed.returns[0] == want
+    pageable = simdist.run(_pinned_staging, seed=seed, kwargs={"via_copy": via_copy, "pinned": False})
+    assert pageable.hazards == [] and pageable.returns[0] == want
