@@ -171,7 +171,7 @@ def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool: 
     return _orig_compat(input, from_)
 
 
-_orig_engine_run_backward = torch.autograd._engine_run_backward
+_orig_engine_run_backward = getattr(torch.autograd, "_engine_run_backward", None)
 
 
 def _engine_run_backward(*args, **kwargs):
@@ -215,7 +215,7 @@ def _patch_list():
         (torch, "_has_compatible_shallow_copy_type", _compatible_shallow_copy),
     ]
     items += distributed_patches()
-    if guard.available():
+    if guard.available() and _orig_engine_run_backward is not None:
         items.append((torch.autograd, "_engine_run_backward", _engine_run_backward))
     return items
 
