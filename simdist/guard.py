@@ -8,7 +8,9 @@ extensions cache (once per source/torch version; about 3 s) and loads it at `imp
 
 The library registers nothing by itself. `set_enabled(True)` (simdist.patches.Installed, while a run is
 installed) puts its impl into torch's CUDA slot of the device-guard registry and `set_enabled(False)`
-takes it out again, so outside a run torch behaves exactly as before: `torch.empty(1, device="cuda")`
+takes it out again; likewise torch's (CPU-build, default) CUDA hooks object gets the library's vtable while
+enabled, so at::getAccelerator() reports CUDA (autograd asks it for gradient streams), and its own vtable back
+afterwards (docs/autograd.md). Outside a run torch behaves exactly as before: `torch.empty(1, device="cuda")`
 raises as it did. A pointer torch cached while the impl was in (a torch.Event made inside a run) raises
 that same error once the run is over.
 
