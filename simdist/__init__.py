@@ -1,4 +1,7 @@
 """simdist: simulated-distributed, deterministic testing of PyTorch stream and NCCL code on the CPU."""
+from . import guard as _guard
+
+_guard.load()  # autograd on simulated CUDA tensors (a CPU build of torch needs simdist's fake CUDA guard)
 from .api import RunResult, run, run_script
 from .errors import (CollectiveMismatch, Deadlock, DeterminismError, HazardError, SimulationError,
                      UnsupportedOperation)

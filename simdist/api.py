@@ -97,6 +97,7 @@ def _hash_value(h, x):
     if isinstance(x, torch.Tensor):
         t = x.detach().contiguous()
         h.update(f"T{tuple(t.shape)}{t.dtype}".encode())
+        t = t.reshape(-1)  # a 0-dim tensor cannot be viewed as bytes
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(x, (list, tuple)):
         h.update(b"[")

@@ -559,6 +559,9 @@ def _functional(rs, func, info, args, kwargs):
     dev = u.dev
     if dev is None:
         return func(*args, **kwargs)
+    if kwargs and kwargs.get("device") is not None:  # new_zeros(..., device=cuda:0) as autograd's C++ calls it
+        if torch.device(kwargs["device"]).type == "cuda":
+            u.kwargs["device"] = torch.device("cpu")
     try:
         specs, is_seq = _out_specs(func, args, kwargs, u.key)
     except NotImplementedError:  # data-dependent output size or no meta kernel: compute it synchronously

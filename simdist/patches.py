@@ -12,6 +12,7 @@ from collections.abc import MutableMapping
 
 import torch
 
+from . import guard
 from .world import current_rank
 
 _lock = threading.Lock()
@@ -39,7 +40,7 @@ def _tensor_to(self, *args, **kwargs):
         from .tensor import tensor_to, _parse_to
         device = _parse_to(*args, **kwargs)[0]
         if device is not None and device.type == "cuda":
-            return tensor_to(self.detach(), *args, **kwargs)  # detach: see SimTensor.requires_grad_
+            return tensor_to(self if guard.available() else self.detach(), *args, **kwargs)  # see guard.py
     return _orig_to(self, *args, **kwargs)
 
 
@@ -47,7 +48,8 @@ def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.pres
     if current_rank() is not None:
         from .tensor import tensor_to
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
-        return tensor_to(self.detach(), dev, non_blocking=non_blocking, memory_format=memory_format)
+        return tensor_to(self if guard.available() else self.detach(), dev, non_blocking=non_blocking,
+                         memory_format=memory_format)
     return _orig_cuda(self, device, non_blocking, memory_format)
 
 
@@ -96,9 +98,12 @@ def _factory_from_data(orig):
             from .tensor import tensor_to
             if isinstance(device, int):
                 device = torch.device("cuda", device)
-            kwargs.pop("requires_grad", None)
+            requires_grad = kwargs.pop("requires_grad", False)
             cpu = orig(data, *args, device="cpu", **kwargs)
-            return tensor_to(cpu, device or "cuda")
+            out = tensor_to(cpu, device or "cuda")
+            if requires_grad:
+                out.requires_grad_(True)
+            return out
         return orig(data, *args, device=device, **kwargs)
     make.__name__ = orig.__name__
     make.__doc__ = orig.__doc__
@@ -173,6 +178,27 @@ def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool: 
     return _orig_compat(input, from_)
 
 
+_orig_engine_run_backward = getattr(torch.autograd, "_engine_run_backward", None)
+
+
+def _engine_run_backward(*args, **kwargs):
+    """torch.autograd.backward / grad in a rank thread: the engine runs every node on the calling thread.
+
+    With multithreading on, the engine would run nodes of CUDA tensors on its per-device worker threads,
+    which are not simulated ranks; off, it runs them on the rank thread, which is blocked in backward()
+    anyway, so ops, hooks and collectives in hooks see their rank as usual (and the run stays
+    deterministic). See docs/autograd.md for what this models.
+    """
+    if current_rank() is None:
+        return _orig_engine_run_backward(*args, **kwargs)
+    prev = torch._C._is_multithreading_enabled()
+    torch._C._set_multithreading_enabled(False)
+    try:
+        return _orig_engine_run_backward(*args, **kwargs)
+    finally:
+        torch._C._set_multithreading_enabled(prev)
+
+
 def _sim_generator_class():
     from .rng import SimGenerator
     return SimGenerator
@@ -196,6 +222,8 @@ def _patch_list():
         (torch, "_has_compatible_shallow_copy_type", _compatible_shallow_copy),
     ]
     items += distributed_patches()
+    if guard.available() and _orig_engine_run_backward is not None:
+        items.append((torch.autograd, "_engine_run_backward", _engine_run_backward))
     return items
 
 
@@ -214,6 +242,7 @@ class Installed:
                     saved.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type)
                                   else getattr(owner, name, _MISSING)))
                     setattr(owner, name, new)
+                self.guard = guard.set_enabled(True) if guard.available() else False
             except BaseException:
                 _restore(saved)
                 raise
@@ -231,6 +260,8 @@ class Installed:
         with _lock:
             _restore(_active or [])
             _active = None
+            if self.guard:
+                guard.set_enabled(False)
         if self.gc_was:
             gc.enable()
         torch.set_num_threads(self.threads)
@@ -253,7 +284,11 @@ def _restore(saved):
 
 def enter_rank(rs):
     from .dispatch import RankMode
-    torch.set_grad_enabled(False)  # see SimTensor.requires_grad_: autograd on CUDA-typed tensors aborts on CPU builds
+    # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
+    # loaded (simdist/guard.py); with it, grad mode is on as in any fresh thread, without it off.
+    torch.set_grad_enabled(guard.available())
+    if guard.available():
+        torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
     rs.mode = RankMode(rs)
     rs.mode.__enter__()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from . import guard
 from .errors import SimulationError
 
 _aten = torch.ops.aten
@@ -44,19 +45,32 @@ class SimTensor(torch.Tensor):
 
     def requires_grad_(self, requires_grad=True):
         # Autograd on a CUDA-typed tensor needs a CUDA device guard, which a CPU build aborts on (a hard
-        # crash, not an exception); simulated tensors therefore never require grad. backward() is refused.
+        # crash, not an exception). simdist's fake guard (simdist/guard.py) provides one; without it
+        # simulated tensors never require grad and backward() is refused.
+        if guard.available():
+            return torch.Tensor.requires_grad_(self, requires_grad)
         return self
 
-    def backward(self, *args, **kwargs):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        if guard.available():
+            return torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
         from .errors import UnsupportedOperation
-        raise UnsupportedOperation("autograd (backward) on simulated CUDA tensors is not supported by simdist; "
-                                   "compute gradients explicitly or run the step outside the simulation")
+        raise UnsupportedOperation("autograd (backward) on simulated CUDA tensors is not supported by simdist "
+                                   f"here ({guard.reason()}); compute gradients explicitly or run the step "
+                                   "outside the simulation")
 
     # --- methods whose Python bindings would need a real CUDA device guard ---
+    # (With simdist's fake guard loaded the bindings work as they are, and they must be used when autograd
+    # is recording: the HostProxy detour would drop the op from the graph.)
     def __getitem__(self, idx):
+        if guard._lib is not None:
+            return torch.Tensor.__getitem__(self, idx)
         return _proxied(torch.Tensor.__getitem__, self, idx)
 
     def __setitem__(self, idx, value):
+        if guard._lib is not None:
+            torch.Tensor.__setitem__(self, idx, value)
+            return
         _proxied(torch.Tensor.__setitem__, self, idx, value)
 
     def copy_(self, src, non_blocking=False):
@@ -155,8 +169,20 @@ class SimTensor(torch.Tensor):
                               "move it to the CPU first (t.cpu())")
 
     def __deepcopy__(self, memo):
-        out = self.clone()
+        if not self.is_leaf:  # as torch.Tensor.__deepcopy__
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
+                               "protocol at the moment.  If you were attempting to deepcopy a module, this may "
+                               "be because of a torch.nn.utils.weight_norm usage, see "
+                               "https://github.com/pytorch/pytorch/pull/103001")
+        with torch.no_grad():
+            out = self.clone()
+        if self.requires_grad:
+            out.requires_grad_(True)
+        if getattr(self, "_is_param", False):
+            out._is_param = True
         memo[id(self)] = out
+        if self.grad is not None:
+            out.grad = self.grad.__deepcopy__(memo)
         return out
 
 

@@ -1,0 +1,174 @@
+// A stand-in CUDA DeviceGuardImpl for CPU-only builds of PyTorch, so autograd can run on simdist's
+// CUDA-typed SimTensors (autograd records each input's device and stream through this interface; a CPU
+// build has none for CUDA and the process aborts).
+//
+// Nothing is registered when the library loads. simdist_guard_set_enabled(1), called while a simdist run
+// is installed (simdist/patches.py), stores the impl into torch's CUDA slot of the device-guard registry,
+// and only when that slot is empty (never over a real CUDA build's impl; simdist/guard.py does not even
+// build this on such builds); simdist_guard_set_enabled(0) empties the slot again, so outside a run
+// getDeviceGuardImpl(CUDA) throws exactly as before. The impl itself is gated by the same flag, for
+// pointers torch cached while it was in (e.g. a c10::Event made inside a run): disabled, every throwing
+// method raises the c10::Error a CPU build raises ("PyTorch is not linked with support for cuda
+// devices"); deviceCount() (noexcept) answers 0; setDevice only records the thread-local index (the
+// autograd engine's device threads call it as they start, where an exception would end the process).
+//
+// Enabled, the impl keeps a thread-local current device, answers the default stream of each device,
+// treats events as no-ops and reports 64 devices: simdist models streams, events and ordering itself.
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <typeinfo>
+
+namespace {
+
+std::atomic<bool> g_enabled{false};
+thread_local c10::DeviceIndex t_device = 0;
+constexpr c10::DeviceIndex kDeviceCount = 64;
+
+inline void check_enabled() {
+  TORCH_CHECK(g_enabled.load(std::memory_order_relaxed), "PyTorch is not linked with support for ",
+              c10::DeviceType::CUDA, " devices");
+}
+
+struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    check_enabled();
+    c10::Device old(c10::DeviceType::CUDA, t_device);
+    if (d.index() >= 0) t_device = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override {
+    check_enabled();
+    return c10::Device(c10::DeviceType::CUDA, t_device);
+  }
+  void setDevice(c10::Device d) const override {
+    if (d.index() >= 0) t_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) t_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    check_enabled();
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    check_enabled();
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
+    check_enabled();
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    check_enabled();
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    check_enabled();
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
+  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {
+    check_enabled();
+  }
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override { check_enabled(); }
+  bool queryEvent(void* /*event*/) const override {
+    check_enabled();
+    return true;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return g_enabled.load(std::memory_order_relaxed) ? kDeviceCount : 0;
+  }
+  bool queryStream(const c10::Stream& /*stream*/) const override {
+    check_enabled();
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override { check_enabled(); }
+  void synchronizeEvent(void* /*event*/) const override { check_enabled(); }
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override { check_enabled(); }
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
+};
+
+// at::getAccelerator(), which autograd asks for the device type whose streams it tracks (InputBuffer::add
+// asks that accelerator's current stream for every CUDA gradient), reports CUDA only when the CUDA hooks say
+// isBuilt(). A CPU build's CUDA hooks are the default CUDAHooksInterface, created once when torch._C is
+// imported (before simdist can register any), so they cannot be replaced through the registry. Instead,
+// while enabled, that one hooks object is given this class's vtable (the class adds no data members, so it
+// is the same object with three answers changed), and the original vtable is put back when disabled.
+struct SimdistCudaHooks final : public at::CUDAHooksInterface {
+  bool isBuilt() const override { return g_enabled.load(std::memory_order_relaxed); }
+  bool hasPrimaryContext(c10::DeviceIndex device_index) const override {
+    if (g_enabled.load(std::memory_order_relaxed)) return device_index >= 0 && device_index < kDeviceCount;
+    return at::CUDAHooksInterface::hasPrimaryContext(device_index);
+  }
+  c10::DeviceIndex deviceCount() const override {
+    return g_enabled.load(std::memory_order_relaxed) ? kDeviceCount : at::CUDAHooksInterface::deviceCount();
+  }
+};
+static_assert(sizeof(SimdistCudaHooks) == sizeof(at::CUDAHooksInterface), "the hooks must add no data");
+
+void* g_default_hooks_vptr = nullptr;
+
+// Gives torch's CUDA hooks object this class's vtable (on) or its own back (off). False when the object is
+// not the default CUDAHooksInterface (a CUDA build's real hooks: left alone).
+bool swap_hooks(bool on) {
+  auto& hooks = const_cast<at::CUDAHooksInterface&>(at::detail::getCUDAHooks());
+  void** vptr_slot = reinterpret_cast<void**>(&hooks);
+  static const SimdistCudaHooks model;
+  void* ours = *reinterpret_cast<void* const*>(&model);
+  void* cur = __atomic_load_n(vptr_slot, __ATOMIC_SEQ_CST);
+  if (cur != ours) {
+    if (typeid(hooks) != typeid(at::CUDAHooksInterface)) return false;
+    g_default_hooks_vptr = cur;
+  }
+  void* want = on ? ours : g_default_hooks_vptr;
+  if (want != nullptr) __atomic_store_n(vptr_slot, want, __ATOMIC_SEQ_CST);
+  return true;
+}
+
+SimdistCudaGuardImpl* impl() {
+  static SimdistCudaGuardImpl* p = new SimdistCudaGuardImpl();  // leaked on purpose, like torch's own impls
+  return p;
+}
+
+std::atomic<const c10::impl::DeviceGuardImplInterface*>& cuda_slot() {
+  return c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::CUDA)];
+}
+
+}  // namespace
+
+extern "C" {
+// on != 0: put the impl into torch's (empty) CUDA slot; on == 0: take it out again. Returns 1 when the impl
+// is in the slot afterwards. Never replaces a guard impl it did not put there (a CUDA build's real one).
+int simdist_guard_set_enabled(int on) {
+  const c10::impl::DeviceGuardImplInterface* mine = impl();
+  auto& slot = cuda_slot();
+  if (on) {
+    const c10::impl::DeviceGuardImplInterface* expected = nullptr;
+    if (!slot.compare_exchange_strong(expected, mine) && expected != mine) return 0;
+    if (!swap_hooks(true)) {
+      expected = mine;
+      slot.compare_exchange_strong(expected, nullptr);
+      return 0;
+    }
+    g_enabled.store(true);
+    return 1;
+  }
+  g_enabled.store(false);
+  swap_hooks(false);
+  const c10::impl::DeviceGuardImplInterface* expected = mine;
+  slot.compare_exchange_strong(expected, nullptr);
+  return 0;
+}
+int simdist_guard_enabled() { return g_enabled.load() ? 1 : 0; }
+// 1 when torch's CUDA hooks are the default (CPU build) ones or already swapped: set_enabled can work.
+int simdist_guard_hooks_ours() {
+  const auto& hooks = at::detail::getCUDAHooks();
+  return typeid(hooks) == typeid(at::CUDAHooksInterface) || typeid(hooks) == typeid(SimdistCudaHooks) ? 1 : 0;
+}
+}

@@ -1,0 +1,100 @@
+"""The fake CUDA device guard that lets autograd run on simulated CUDA tensors (CPU builds of torch only).
+
+Autograd records, for every tensor it sees, the stream current on its device; it asks
+`c10::impl::getDeviceGuardImpl(CUDA)`, which a CPU build of torch does not have, and the process aborts
+("PyTorch is not linked with support for cuda devices", thrown where no one can catch it). This module
+builds a tiny C++ library (csrc/fake_cuda_guard.cpp) with torch.utils.cpp_extension into the torch
+extensions cache (once per source/torch version; about 3 s) and loads it at `import simdist`.
+
+The library registers nothing by itself. `set_enabled(True)` (simdist.patches.Installed, while a run is
+installed) puts its impl into torch's CUDA slot of the device-guard registry and `set_enabled(False)`
+takes it out again; likewise torch's (CPU-build, default) CUDA hooks object gets the library's vtable while
+enabled, so at::getAccelerator() reports CUDA (autograd asks it for gradient streams), and its own vtable back
+afterwards (docs/autograd.md). Outside a run torch behaves exactly as before: `torch.empty(1, device="cuda")`
+raises as it did. A pointer torch cached while the impl was in (a torch.Event made inside a run) raises
+that same error once the run is over.
+
+On a torch build with CUDA the library is never built or loaded (the real guard is in place). If the
+build fails, simdist warns once and autograd on simulated tensors stays refused.
+Set SIMDIST_NO_AUTOGRAD=1 to skip the build (autograd refused, as without a compiler).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import warnings
+
+import torch
+
+_lock = threading.Lock()
+_lib = None  # the ctypes handle once loaded
+_tried = False
+_reason = "not loaded yet"
+
+_NAME = "simdist_fake_cuda_guard"
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "fake_cuda_guard.cpp")
+
+
+def _torch_has_cuda():
+    return torch.version.cuda is not None or torch.backends.cuda.is_built()
+
+
+def load(warn=True):
+    """Build (if needed) and load the library; True when autograd on simulated tensors is available."""
+    global _lib, _tried, _reason
+    with _lock:
+        if _tried:
+            return _lib is not None
+        _tried = True
+        if _torch_has_cuda():
+            _reason = "torch is built with CUDA: the real CUDA device guard is used, simdist's is not loaded"
+            return False
+        if os.environ.get("SIMDIST_NO_AUTOGRAD"):
+            _reason = "SIMDIST_NO_AUTOGRAD is set"
+            return False
+        try:
+            from torch.utils import cpp_extension
+            path = cpp_extension.load(_NAME, [_SOURCE], extra_cflags=["-O1"], is_python_module=False,
+                                      verbose=False)
+            lib = ctypes.CDLL(path)
+            lib.simdist_guard_set_enabled.argtypes = [ctypes.c_int]
+            lib.simdist_guard_set_enabled.restype = ctypes.c_int
+            lib.simdist_guard_enabled.restype = ctypes.c_int
+            if not lib.simdist_guard_hooks_ours():
+                raise RuntimeError("torch's CUDA hooks are not the CPU build's default ones")
+        except Exception as e:  # noqa: BLE001  (no compiler, no ninja, a header mismatch...)
+            _reason = f"building simdist's fake CUDA device guard failed: {type(e).__name__}: {e}"
+            if warn:
+                warnings.warn(f"{_reason.splitlines()[0][:500]}\nsimdist runs without autograd on simulated "
+                              "CUDA tensors (backward() raises UnsupportedOperation).", RuntimeWarning,
+                              stacklevel=2)
+            return False
+        _lib = lib
+        _reason = ""
+        return True
+
+
+def available():
+    """Whether autograd on simulated CUDA tensors is supported in this process."""
+    return _lib is not None
+
+
+def reason():
+    """Why available() is False ('' when it is True)."""
+    return _reason
+
+
+def set_enabled(on):
+    """Put the fake CUDA guard into torch's registry (on) or take it out (off). Returns whether it is in."""
+    if _lib is None:
+        return False
+    r = _lib.simdist_guard_set_enabled(1 if on else 0)
+    if on and not r:
+        from .errors import SimulationError
+        raise SimulationError("another CUDA device guard is registered in torch; simdist cannot install its own")
+    return bool(r)
+
+
+def enabled():
+    return _lib is not None and bool(_lib.simdist_guard_enabled())
