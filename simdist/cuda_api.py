@@ -75,6 +75,7 @@ class CudaStreamAPI:
         if t.end is not None and t.end <= rs.host.clock:
             rs.host.join_op(_full(t))
             return True
+        rs.poll_pending(t, "Stream.query()")
         return False
 
     def synchronize(self):
@@ -145,6 +146,7 @@ class Event:
         if m.end is not None and m.end <= rs.host.clock:
             rs.host.join_op(m)
             return True
+        rs.poll_pending(m, "Event.query()")
         return False
 
     def synchronize(self):

@@ -63,7 +63,9 @@ def _classify(func):
     info.mutable_pos = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     info.mutable_names = tuple(args[i].name for i in info.mutable_pos)
     info.has_generator = any(a.name == "generator" for a in args)
-    info.random = info.has_generator or schema.name in ("aten::native_dropout", "aten::rrelu_with_noise")
+    # random: this overload or a sibling takes a generator (randn.default has none, randn.generator has one)
+    info.random = (info.has_generator or schema.name in ("aten::native_dropout", "aten::rrelu_with_noise")
+                   or _packet_is_random(func))
     rets = schema.returns
     ret_alias = []
     for r in rets:
@@ -90,6 +92,19 @@ def _classify(func):
     if schema.name.startswith(("_c10d_functional::", "c10d::", "_dtensor::")):
         info.special = _unsupported_collective  # would run locally and return one rank's data: refuse
     return info
+
+
+def _packet_is_random(func):
+    packet = getattr(func, "_overloadpacket", None)
+    if packet is None:
+        return False
+    for name in packet.overloads():
+        try:
+            if any(a.name == "generator" for a in getattr(packet, name)._schema.arguments):
+                return True
+        except Exception:  # noqa: BLE001 - an overload torch cannot resolve here
+            continue
+    return False
 
 
 def _find_out_variant(func):
@@ -502,10 +517,15 @@ def _random_seed(info, dev):
 
 
 def _run_random(seed, call):
+    """Run a random op whose schema takes no generator (dropout, randn.default...) with its launch seed."""
     if seed is not None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        g = torch.default_generator  # not torch.manual_seed: that would also reseed the simulated devices
+        state = g.get_state()
+        g.manual_seed(seed)
+        try:
             return call()
+        finally:
+            g.set_state(state)
     return call()
 
 
@@ -861,7 +881,9 @@ def _copy_(rs, func, args, kwargs):
         return dst
     # device -> host
     s = _sim_of(src)
-    if len(args) > 2 and args[2] or kwargs.get("non_blocking"):
+    # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
+    # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
+    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.world.host_reads.is_pinned(dst):
         si = s._inner
         op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (s,), (),
                     _nbytes((s,)))

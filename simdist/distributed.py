@@ -385,6 +385,7 @@ class Work:
             if m is not None:
                 rs.host.join_op(m)
             return True
+        rs.poll_pending(m, "Work.is_completed()")
         return False
 
     def is_success(self):

@@ -69,6 +69,19 @@ def _pin_memory(self, device=None):
     return _orig_pin_memory(self) if device is None else _orig_pin_memory(self, device)
 
 
+_orig_tolist = torch.Tensor.tolist
+
+
+def _tolist(self):
+    # Tensor.tolist reads the bytes in C without an aten op: check pending async device-to-host copies here
+    rs = current_rank()
+    if rs is not None and self.device.type == "cpu":
+        hr = rs.world.host_reads
+        if hr.tensors:
+            hr.check(rs, "tolist", (self,), {})
+    return _orig_tolist(self)
+
+
 def _is_pinned(self, device=None):
     rs = current_rank()
     if rs is not None:
@@ -215,6 +228,7 @@ def _patch_list():
         (torch.Tensor, "pin_memory", _pin_memory),
         (torch, "Generator", _sim_generator_class()),
         (torch.Tensor, "is_pinned", _is_pinned),
+        (torch.Tensor, "tolist", _tolist),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),

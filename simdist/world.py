@@ -125,7 +125,8 @@ class Device:
         import torch
         self.torch_device = torch.device("cuda", index)
         from .rng import SimGenerator
-        self.generator = SimGenerator(self.torch_device).manual_seed(world.seed * 1_000_003 + rank * 1009 + index)
+        # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank
+        self.generator = SimGenerator(self.torch_device).manual_seed(DEFAULT_RNG_SEED)
 
     def new_stream(self, priority=0):
         self.n_user_streams += 1
@@ -139,6 +140,12 @@ class Device:
         return s
 
 
+POLL_QUANTUM_NS = 10_000  # how long a polling host spins between queries of work whose end is not known
+POLL_LIMIT = 2000
+DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh process's CPU and CUDA seed
+_cpu_gen = torch.default_generator
+
+
 class RankState:
     def __init__(self, world, rank):
         self.world = world
@@ -147,6 +154,8 @@ class RankState:
         self.state = NEW
         self.thread = None
         self.sem = threading.Semaphore(0)
+        self.polls = 0  # consecutive polls of work whose end is unknown while nothing is launched (poll_pending)
+        self.poll_launches = -1
         self.wait_cond = None  # callable -> resume time (int) or None
         self.wait_bound = None  # callable -> known resume time or None
         self.wait_what = ""
@@ -190,6 +199,28 @@ class RankState:
         if op.end > host.clock:
             host.clock = op.end
         host.join_op(op)
+
+    def poll_pending(self, op, what):
+        """A query (Event.query, Stream.query, Work.is_completed) found `op` unfinished: the polling host spends
+        time meanwhile. It sleeps to op's end when that is known (the next poll answers True), else a quantum
+        in which other ranks run; a poll that would spin forever (nothing can finish op) is a Deadlock."""
+        w = self.world
+        target = op.end if op.end is not None else self.host.clock + POLL_QUANTUM_NS
+        if op.end is None:
+            # nothing launched anywhere since the last poll: if that lasts, nothing ever will
+            self.polls = self.polls + 1 if w.launches == self.poll_launches else 0
+            self.poll_launches = w.launches
+            if self.polls > POLL_LIMIT:
+                from .errors import Deadlock
+                raise Deadlock(f"rank {self.rank} keeps polling {what} for work that depends on other ranks, "
+                               f"and no rank has launched anything for {POLL_LIMIT} polls:\n"
+                               + format_frames(capture_frames()))
+        else:
+            self.polls = 0
+        if target > self.host.clock:
+            self.block(lambda: target if w.now >= target else None, lambda: target, what)
+            if target > self.host.clock:
+                self.host.clock = target
 
     def block(self, cond, bound, what):
         self.wait_cond, self.wait_bound, self.wait_what = cond, bound, what
@@ -357,6 +388,7 @@ class World:
     # --- scheduling of rank threads -----------------------------------------
     def switch(self, me):
         """Called by the running rank when it blocks or finishes."""
+        me.cpu_rng = _cpu_gen.get_state()  # each rank is a process with its own CPU generator
         nxt = self._pick_next()
         if nxt is None:
             self.finished.set()
@@ -367,6 +399,7 @@ class World:
         me.sem.acquire()
         if self.aborting:
             raise _Abort()
+        _cpu_gen.set_state(me.cpu_rng)
         me.state = RUNNING
         t = me.wait_cond() if me.wait_cond is not None else None
         if t is not None and t > me.host.clock:
@@ -431,6 +464,7 @@ class World:
     def _thread_main(self, rs):
         rs.sem.acquire()
         _tls.rank = rs
+        _cpu_gen.manual_seed(DEFAULT_RNG_SEED)  # a fresh process's CPU generator
         from .patches import enter_rank, exit_rank
         try:
             if self.aborting:
@@ -464,10 +498,14 @@ class World:
 
     def run_ranks(self, fn):
         self.fn = fn
-        self._resume(self._pick_next())
-        self.finished.wait()
-        if self.fatal is not None:
-            self._abort_all()
+        caller_rng = _cpu_gen.get_state()  # the ranks' generators must not disturb the caller's
+        try:
+            self._resume(self._pick_next())
+            self.finished.wait()
+            if self.fatal is not None:
+                self._abort_all()
+        finally:
+            _cpu_gen.set_state(caller_rng)
 
     def _abort_all(self):
         self.aborting = True

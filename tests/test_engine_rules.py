@@ -1,8 +1,10 @@
 """One test per semantic rule the engine models, each citing where the rule comes from."""
 import threading
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import simdist
 from simdist import Targeted
@@ -419,3 +421,94 @@ def test_async_h2d_from_pinned_memory_reads_the_buffer_when_it_runs(seed, via_co
     assert fixed.hazards == [] and fixed.returns[0] == want
     pageable = simdist.run(_pinned_staging, seed=seed, kwargs={"via_copy": via_copy, "pinned": False})
     assert pageable.hazards == [] and pageable.returns[0] == want
+
+
+def test_random_ops_follow_seeds_like_separate_processes():
+    # Rule: every process starts its CPU and CUDA generators at c10's default_rng_seed_val (67280421310721,
+    # c10/core/GeneratorImpl.h), so unseeded ranks draw the same numbers; torch.manual_seed(s) reseeds the CPU
+    # and every CUDA generator of that process only (torch/random.py); reseeding repeats the draws, also for
+    # ops whose schema has no generator argument (aten.randn.default, randperm, randint).
+    def prog():
+        out = {"init": torch.initial_seed(), "cuda0": torch.randn(4, device="cuda").cpu(),
+               "cpu0": torch.randn(4), "perm0": torch.randperm(6, device="cuda").cpu()}
+        torch.manual_seed(7)
+        a, ca = torch.randn(4, device="cuda").cpu(), torch.rand(3)
+        ia = torch.randint(0, 100, (5,), device="cuda").cpu()
+        torch.manual_seed(7)
+        b, cb = torch.randn(4, device="cuda").cpu(), torch.rand(3)
+        ib = torch.randint(0, 100, (5,), device="cuda").cpu()
+        out["repeat"] = torch.equal(a, b) and torch.equal(ca, cb) and torch.equal(ia, ib)
+        if dist.get_rank() == 1:
+            torch.manual_seed(123)  # rank 1's reseed must not move rank 0's generators
+        out["after"] = torch.randn(4, device="cuda").cpu()
+        return out
+
+    torch.manual_seed(42)
+    before = torch.rand(2)
+    torch.manual_seed(42)
+    res = simdist.run(prog, world_size=2)
+    assert torch.equal(torch.rand(2), before)  # the caller's generator is untouched by the ranks
+    r0, r1 = res.returns
+    assert r0["init"] == r1["init"] == 67280421310721
+    for k in ("cuda0", "cpu0", "perm0"):
+        assert torch.equal(r0[k], r1[k]), k
+    assert r0["repeat"] and r1["repeat"]
+    assert not torch.equal(r0["after"], r1["after"])
+    again = simdist.run(prog, world_size=2, seed=5)  # the schedule seed does not change the values
+    assert torch.equal(again.returns[0]["after"], r0["after"])
+
+
+def test_polling_a_query_lets_time_pass():
+    # Rule: Event.query() / Stream.query() return False until the work is done, and a host that polls spends
+    # time meanwhile (cudaEventQuery); a polling loop ends. Polling work that can never finish is a Deadlock,
+    # reported quickly, not a hang.
+    def poll():
+        side = torch.cuda.Stream()
+        ev = torch.cuda.Event()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(1_000_000)
+            y = torch.ones(4, device="cuda") * 3
+        ev.record(side)
+        polls = 0
+        while not ev.query():
+            polls += 1
+        assert side.query()
+        torch.cuda.current_stream().wait_event(ev)
+        return polls, y.sum().item()
+
+    res = simdist.run(poll)
+    assert res.hazards == [] and res.returns[0][1] == 12.0 and res.returns[0][0] >= 1
+
+    def livelock():
+        x = torch.ones(4, device="cuda")
+        if dist.get_rank() == 0:
+            w = dist.all_reduce(x, async_op=True)
+            while not w.is_completed():
+                pass
+            dist.send(x, 1)
+        else:
+            dist.recv(x, 0)
+            dist.all_reduce(x)
+
+    t = time.perf_counter()
+    with pytest.raises(simdist.Deadlock, match="polling"):
+        simdist.run(livelock, world_size=2)
+    assert time.perf_counter() - t < 10
+
+
+def test_non_blocking_copy_into_pageable_memory_is_synchronous():
+    # Rule: cudaMemcpyAsync device-to-host into pageable memory returns once the copy is done (CUDA Runtime
+    # API, "API synchronization behavior"); only a page-locked destination makes it asynchronous. And
+    # Tensor.tolist() is a host read like any other.
+    def prog(pinned):
+        x = torch.arange(8., device="cuda") * 2
+        out = torch.empty(8, pin_memory=pinned)
+        out.copy_(x, non_blocking=True)
+        return out.tolist()
+
+    want = [2.0 * i for i in range(8)]
+    for seed in range(5):
+        res = simdist.run(prog, args=(False,), seed=seed)
+        assert res.hazards == [] and res.returns[0] == want
+        res = simdist.run(prog, args=(True,), seed=seed)
+        assert [h.kind for h in res.hazards] == ["host-read"]
