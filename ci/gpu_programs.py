@@ -120,6 +120,9 @@ def worker(rank, world_size, pass_name, out_dir, cycles, timeout, port_base):
     recs = []
     for i, m in enumerate(programs(world_size)):
         os.environ["MASTER_PORT"] = str(port_base + i)
+        # each program gets what a fresh process has: generators at c10's default seed, default streams
+        torch.manual_seed(67280421310721)
+        torch.cuda.set_device(rank)
         buf = io.StringIO()
         rec = {"name": m["name"], "pass": pass_name, "rank": rank}
         t = time.perf_counter()
