@@ -31,7 +31,7 @@ VIEW, INPLACE, FUNCTIONAL, SCALAR = "view", "inplace", "functional", "scalar"
 
 class OpInfo:
     __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "special", "random", "func", "out_op")
+                 "special", "random", "func", "out_op", "reads_data")
 
     def __init__(self):
         self.special = None
@@ -88,6 +88,9 @@ def _classify(func):
             info.out_op = info.out_variant._op  # the C callable under OpOverload.__call__
     else:
         info.kind = SCALAR
+    base = schema.name.split("::")[-1]
+    info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
+                                                             "new_empty_strided"))  # metadata only
     info.special = _SPECIAL.get(func)
     if schema.name.startswith(("_c10d_functional::", "c10d::", "_dtensor::")):
         info.special = _unsupported_collective  # would run locally and return one rank's data: refuse
@@ -134,7 +137,8 @@ def op_info(func):
     i = _INFO.get(func)
     if i is None:
         i = _INFO[func] = _classify(func)
-        if i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.special is None:
+        if (i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.special is None
+                and i.reads_data):
             i.func = func
             _FAST_OPS[id(func)] = i
     return i
@@ -621,7 +625,8 @@ def _functional(rs, func, info, args, kwargs):
     nbytes = _nbytes(u.sims)
     for o in real_outs:
         nbytes += o._alloc.nbytes
-    launch(rs, stream, info.name, "kernel", fn, u.sims, real_outs, nbytes,
+    reads = u.sims if info.reads_data else ()
+    launch(rs, stream, info.name, "kernel", fn, reads, real_outs, nbytes,
            _flops(info.name, u.sims, real_outs) if info.name in _MM else 0, skip=5)
     if is_seq:
         return tuple(outs) if isinstance(specs, list) else outs

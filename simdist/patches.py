@@ -202,14 +202,40 @@ def _engine_run_backward(*args, **kwargs):
     anyway, so ops, hooks and collectives in hooks see their rank as usual (and the run stays
     deterministic). See docs/autograd.md for what this models.
     """
-    if current_rank() is None:
+    rs = current_rank()
+    if rs is None:
         return _orig_engine_run_backward(*args, **kwargs)
+    _order_backward_after_roots(rs, args[0] if args else kwargs.get("t_outputs", ()))
     prev = torch._C._is_multithreading_enabled()
     torch._C._set_multithreading_enabled(False)
     try:
         return _orig_engine_run_backward(*args, **kwargs)
     finally:
         torch._C._set_multithreading_enabled(prev)
+
+
+def _order_backward_after_roots(rs, roots):
+    """PyTorch runs each backward op on its forward op's stream, so the backward of `loss` is ordered after the
+    forward work that produced it whichever stream backward() is called on. simdist runs backward on the stream
+    current at the call: that stream first waits for the ops that last wrote each root (only those: initial
+    gradients written elsewhere without a sync stay a race, as the CUDA notes say)."""
+    from .clocks import full_clock
+    from .tensor import SimTensor
+    if isinstance(roots, torch.Tensor):
+        roots = (roots,)
+    for t in roots:
+        if type(t) is not SimTensor or t._alloc is None:
+            continue
+        cur = rs.current_stream(t._dev.index)
+        latest = {}
+        for r in t._alloc.records:
+            s = r.op.stream
+            if r.write and s is not cur and (s not in latest or r.op.seq > latest[s].seq):
+                latest[s] = r.op
+        for op in latest.values():
+            if op.vc_full is None:
+                op.vc_full = full_clock(op)
+            cur.wait_marker(rs.host, op)
 
 
 def _sim_generator_class():

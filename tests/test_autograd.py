@@ -221,12 +221,12 @@ def test_initial_gradient_from_another_stream_needs_sync():
 
 
 @needs_guard
-@pytest.mark.xfail(strict=True, reason="model limit (docs/autograd.md): simdist runs every backward op on the "
-                   "stream current at backward(); real PyTorch runs each on its forward op's stream and syncs")
 def test_forward_on_side_stream_backward_on_default_is_clean_in_pytorch():
     """Rule (same doc section): "Each backward CUDA op runs on the same stream that was used for its
     corresponding forward op", with internal syncs, so a forward entirely on `side` followed by backward()
-    on the default stream is safe in PyTorch. simdist reports a hazard here (a false positive). 
+    on the default stream is safe in PyTorch. simdist runs backward on the calling stream after making it
+    wait for the ops that wrote the roots (patches._order_backward_after_roots), and ones_like(loss) for the
+    implicit gradient reads no bytes, so this is clean.
     https://pytorch.org/docs/stable/notes/cuda.html#stream-semantics-of-backward-passes"""
     def fn():
         side = torch.cuda.Stream()

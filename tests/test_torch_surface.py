@@ -85,3 +85,22 @@ def test_repeated_signatures_take_the_fast_path_and_stay_exact(op):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)  # bit-exact (pow gives NaNs)
+
+
+def test_like_factories_read_no_bytes():
+    # zeros_like / ones_like / empty_like / new_zeros take shape, dtype and device from their argument and never
+    # read its data (ATen: they are factories), so using them on a tensor still being written elsewhere is safe.
+    def fn():
+        side = torch.cuda.Stream()
+        x = torch.empty(1 << 12, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            x.fill_(3.0)
+        a, b, c = torch.zeros_like(x), torch.ones_like(x), x.new_zeros(8)
+        for _ in range(2):  # the repeated signature takes the fast path: still no read
+            a = torch.zeros_like(x)
+        torch.cuda.current_stream().wait_stream(side)
+        return a.sum().item(), b.sum().item(), c.sum().item(), x.sum().item()
+
+    res = simdist.run(fn)
+    assert res.hazards == [] and res.returns[0] == (0.0, 4096.0, 0.0, 3.0 * 4096)
