@@ -260,7 +260,8 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     for rs in world.ranks:
         rs.env = {"RANK": str(rs.rank), "LOCAL_RANK": str(rs.rank), "WORLD_SIZE": str(world_size),
                   "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": "29500"}
+                  "MASTER_PORT": "29500", "ROLE_RANK": str(rs.rank), "ROLE_WORLD_SIZE": str(world_size),
+                  "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "simdist"}  # what torchrun sets
         if set_device:
             rs.current_device = rs.rank % world.device_count
 

@@ -349,6 +349,74 @@ def manual_seed(seed):
     rs.device().generator.manual_seed(int(seed))
 
 
+def _gen(device=None):
+    rs = _rank()
+    return rs.device(_world.device_index(device if device != "cuda" else None, rs)).generator
+
+
+def get_rng_state(device="cuda"):
+    return _gen(device).get_state()
+
+
+def set_rng_state(new_state, device="cuda"):
+    _gen(device).set_state(new_state)
+
+
+def get_rng_state_all():
+    rs = _rank()
+    return [rs.device(i).generator.get_state() for i in range(rs.world.device_count)]
+
+
+def set_rng_state_all(new_states):
+    for i, st in enumerate(new_states):
+        set_rng_state(st, i)
+
+
+def initial_seed():
+    return _gen().initial_seed()
+
+
+def seed():
+    _gen().seed()
+
+
+def seed_all():
+    import random as _random
+    s = _random.getrandbits(63)
+    for i in range(_rank().world.device_count):
+        _rank().device(i).generator.manual_seed(s)
+
+
+class _DefaultGenerators:
+    """torch.cuda.default_generators: the current rank's simulated device generators."""
+
+    def __getitem__(self, i):
+        rs = _rank()
+        return rs.device(range(rs.world.device_count)[i]).generator
+
+    def __len__(self):
+        return _rank().world.device_count
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def memory_stats(device=None):
+    """The keys of torch.cuda.memory_stats() that code reads most (bytes and counts, "all" pools)."""
+    m = _mem(device)
+    return {"allocated_bytes.all.current": m.allocated_bytes, "allocated_bytes.all.peak": m.peak_bytes,
+            "active_bytes.all.current": m.allocated_bytes, "active_bytes.all.peak": m.peak_bytes,
+            "reserved_bytes.all.current": m.reserved_bytes, "reserved_bytes.all.peak": m.reserved_bytes,
+            "segment.all.current": len([s for s in m.segments if s.data is not None]),
+            "num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": len(m.segments),
+            "allocation.all.current": m.next_alloc_id}
+
+
+def memory_summary(device=None, abbreviated=False):
+    st = memory_stats(device)
+    return "\n".join(f"{k}: {v}" for k, v in st.items())
+
+
 def manual_seed_all(seed):
     rs = _world.current_rank()
     if rs is None:
@@ -388,7 +456,10 @@ def cuda_patches():
         get_device_properties=get_device_properties, get_device_name=get_device_name,
         get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
         manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=_noop, init=_noop,
-        is_initialized=_true, ipc_collect=_noop,
+        is_initialized=_true, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
+        get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
+        seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
+        memory_summary=memory_summary,
     )
     out = [(c, k, v) for k, v in items.items()]
     out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]

@@ -44,6 +44,19 @@ class SimGenerator(_Generator):
         self._sim_offset = 0
         return s
 
+    def initial_seed(self):
+        return self._sim_seed if hasattr(self, "_sim_seed") else super().initial_seed()
+
+    def get_state(self):
+        """16 bytes, (seed, offset), like the state of CUDA's Philox generator."""
+        return torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
+
+    def set_state(self, state):
+        seed, off = state.view(torch.int64).tolist()
+        super().manual_seed(seed)
+        self._sim_seed, self._sim_offset = int(seed), int(off)
+        return self
+
 
 def launch_seed(gen):
     """The seed of the next random op launched with `gen` (advances its offset, as Philox does)."""

@@ -512,3 +512,30 @@ def test_non_blocking_copy_into_pageable_memory_is_synchronous():
         assert res.hazards == [] and res.returns[0] == want
         res = simdist.run(prog, args=(True,), seed=seed)
         assert [h.kind for h in res.hazards] == ["host-read"]
+
+
+def test_cuda_rng_state_and_memory_stats_api():
+    # torch.cuda.get_rng_state / set_rng_state / fork_rng restore a device generator's (seed, offset), so the
+    # draws after a restore repeat (torch/cuda/random.py); memory_stats reports the allocator's bytes; and
+    # data_ptr shows the caching allocator's same-stream reuse of a freed block (CUDACachingAllocator.cpp).
+    def fn():
+        st = torch.cuda.get_rng_state()
+        a = torch.randn(4, device="cuda").cpu()
+        torch.cuda.set_rng_state(st)
+        b = torch.randn(4, device="cuda").cpu()
+        with torch.random.fork_rng(devices=[0]):
+            torch.cuda.manual_seed(5)
+            torch.randn(4, device="cuda")
+        c = torch.randn(4, device="cuda").cpu()
+        torch.cuda.set_rng_state(st)
+        torch.randn(4, device="cuda")
+        d = torch.randn(4, device="cuda").cpu()
+        x = torch.empty(1024, device="cuda")
+        p = x.data_ptr()
+        stats = torch.cuda.memory_stats()["allocated_bytes.all.current"]
+        del x
+        y = torch.empty(1024, device="cuda")
+        return torch.equal(a, b), torch.equal(c, d), stats >= 4096, y.data_ptr() == p, \
+            torch.cuda.initial_seed() == 67280421310721
+
+    assert simdist.run(fn).returns[0] == (True, True, True, True, True)
