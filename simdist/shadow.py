@@ -407,24 +407,8 @@ class HostReads:
             self._report_write(rs, op, a, func)
 
     def _report_write(self, rs, op, t, func):
-        from .timeline import capture_frames
-        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=False, shape=tuple(t.shape),
-                       dtype=str(t.dtype).replace("torch.", ""), frames=op.frames, seq=op.seq)
-        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
-                        is_write=True, shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
-                        frames=capture_frames(), seq=0)
-        key = ("write-after-read", first.site, second.site)
-        h = self.shadow.hazards.get(key)
-        if h is None:
-            dev = op.stream.dev
-            h = Hazard("write-after-read", first, second, f"rank {dev.rank} cuda:{dev.index}",
-                       first_op_key=op_key(op), second_op_key=())
-            self.shadow.hazards[key] = h
-            self.shadow.order.append(h)
-        else:
-            h.count += 1
-        if not op.done:
-            h.observed = True  # the copy has not read the pinned buffer yet: it will see the host's new bytes
+        # the copy has not read the pinned buffer yet when not done: it will see the host's new bytes
+        self._report(rs, op, t, func, "write-after-read", host_writes=True)
 
     def check(self, rs, func, args, kwargs):
         hits = []
@@ -438,19 +422,20 @@ class HostReads:
                 continue  # the host waited for the copy
             self._report(rs, op, t, func)
 
-    def _report(self, rs, op, t, func):
+    def _report(self, rs, op, t, func, kind="host-read", host_writes=False):
+        """A hazard between device op `op` and a host access to CPU tensor `t` (observed if op had not run)."""
         from .timeline import capture_frames
-        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=True, shape=tuple(t.shape),
-                       dtype=str(t.dtype).replace("torch.", ""), frames=op.frames, seq=op.seq)
+        dtype = str(t.dtype).replace("torch.", "")
+        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
+                       shape=tuple(t.shape), dtype=dtype, frames=op.frames, seq=op.seq)
         second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
-                        is_write=False, shape=tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
-                        frames=capture_frames(), seq=0)
-        key = ("host-read", first.site, second.site)
+                        is_write=host_writes, shape=tuple(t.shape), dtype=dtype, frames=capture_frames(), seq=0)
+        key = (kind, first.site, second.site)
         h = self.shadow.hazards.get(key)
         if h is None:
             dev = op.stream.dev
-            h = Hazard("host-read", first, second, f"rank {dev.rank} cuda:{dev.index}",
-                       first_op_key=op_key(op), second_op_key=())
+            h = Hazard(kind, first, second, f"rank {dev.rank} cuda:{dev.index}", first_op_key=op_key(op),
+                       second_op_key=())
             self.shadow.hazards[key] = h
             self.shadow.order.append(h)
         else:
