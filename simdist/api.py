@@ -204,6 +204,22 @@ def script_main(path, argv=()):
     return main
 
 
+def spawn(fn, args=(), nprocs=1, **options) -> RunResult:
+    """torch.multiprocessing.spawn's calling convention: `fn(rank, *args)` on each of `nprocs` simulated ranks.
+
+    For code written for mp.spawn (whose worker takes its rank first and may call
+    init_process_group(rank=rank, world_size=nprocs)). Other options are those of `simdist.run`.
+    """
+    from .world import current_rank
+
+    def per_rank(*a):
+        return fn(current_rank().rank, *a)
+
+    per_rank.__name__ = per_rank.__qualname__ = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+    per_rank.__module__ = getattr(fn, "__module__", None)
+    return run(per_rank, world_size=nprocs, args=tuple(args), **options)
+
+
 def run_script(path, *, world_size=1, argv=(), **options) -> RunResult:
     """Run a torchrun-style script in a simulated world: what `torchrun --nproc-per-node=N path argv...` does.
 

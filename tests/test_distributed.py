@@ -348,3 +348,17 @@ def test_real_c10d_internals_are_refused_not_hung():
         simdist.run(prog, world_size=2)
     assert time.perf_counter() - t < 10
     assert not [th for th in threading.enumerate() if th.name.startswith("simdist")]
+
+
+def test_spawn_calling_convention():
+    # code written for torch.multiprocessing.spawn: the worker takes its rank first and initializes the
+    # process group with explicit rank / world_size (torch.multiprocessing.spawn docs)
+    def worker(rank, world_size, scale):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, init_method="tcp://127.0.0.1:29511")
+        torch.cuda.set_device(rank)
+        x = torch.full((4,), float(rank + 1) * scale, device="cuda")
+        dist.all_reduce(x)
+        return x.sum().item()
+
+    res = simdist.spawn(worker, args=(3, 2.0), nprocs=3)
+    assert res.returns == [48.0, 48.0, 48.0] and res.hazards == []
