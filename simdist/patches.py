@@ -238,6 +238,21 @@ def _order_backward_after_roots(rs, roots):
             cur.wait_marker(rs.host, op)
 
 
+_orig_load = torch.load
+
+
+def _torch_load(f, map_location=None, *args, **kwargs):
+    # simulated CUDA tensors are pickled as CPU bytes plus their device (SimTensor.__reduce_ex__): their rebuild
+    # needs the map_location that torch.load applies to storages
+    from .tensor import _load_map_location
+    prev = getattr(_load_map_location, "value", None)
+    _load_map_location.value = map_location
+    try:
+        return _orig_load(f, map_location, *args, **kwargs)
+    finally:
+        _load_map_location.value = prev
+
+
 def _sim_generator_class():
     from .rng import SimGenerator
     return SimGenerator
@@ -255,6 +270,7 @@ def _patch_list():
         (torch, "Generator", _sim_generator_class()),
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
+        (torch, "load", _torch_load),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),

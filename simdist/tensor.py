@@ -165,8 +165,10 @@ class SimTensor(torch.Tensor):
         return False
 
     def __reduce_ex__(self, proto):
-        raise SimulationError("pickling a simulated CUDA tensor directly is not supported; "
-                              "move it to the CPU first (t.cpu())")
+        # torch.save / pickle: the bytes come to the host (a synchronizing copy, as torch.save of a CUDA tensor
+        # does) and the tensor is rebuilt on its device when loaded, unless torch.load's map_location says
+        # otherwise
+        return (_rebuild_on_device, (self.detach().cpu(), str(self.device), self.requires_grad))
 
     def __deepcopy__(self, memo):
         if not self.is_leaf:  # as torch.Tensor.__deepcopy__
@@ -253,3 +255,31 @@ def _parse_to(*args, **kwargs):
     r = torch._C._nn._parse_to(*args, **kwargs)
     device, dtype, non_blocking, memory_format = r[0], r[1], r[2], r[3]
     return device, dtype, non_blocking, False, memory_format
+
+
+_load_map_location = __import__("threading").local()
+
+
+def _rebuild_on_device(cpu, device, requires_grad=False):
+    """Unpickle a simulated CUDA tensor: on its device inside a run (honouring torch.load's map_location, which
+    simdist.patches records), on the CPU outside one (a CPU build has no CUDA device to put it on)."""
+    from .world import current_rank
+    loc = getattr(_load_map_location, "value", None)
+    if callable(loc):
+        return loc(cpu, device) if not isinstance(loc, (str, torch.device)) else cpu
+    if isinstance(loc, dict):
+        loc = loc.get(device, device)
+    target = torch.device(loc) if loc is not None else torch.device(device)
+    if target.type != "cuda" or current_rank() is None:
+        out = cpu if target.type == "cpu" or current_rank() is None else cpu.to(target)
+    else:
+        out = cpu.to(target)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+# torch.load(weights_only=True), the default since torch 2.6, accepts only allow-listed globals. This one only
+# moves a CPU tensor to a device, so it is allow-listed once at import (it changes nothing else about torch.load).
+if hasattr(torch.serialization, "add_safe_globals"):
+    torch.serialization.add_safe_globals([_rebuild_on_device])

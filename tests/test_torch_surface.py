@@ -104,3 +104,26 @@ def test_like_factories_read_no_bytes():
 
     res = simdist.run(fn)
     assert res.hazards == [] and res.returns[0] == (0.0, 4096.0, 0.0, 3.0 * 4096)
+
+
+def test_torch_save_and_load_of_cuda_tensors():
+    # torch.save of a CUDA tensor copies its bytes to the host (synchronously) and torch.load puts them back on
+    # the saved device unless map_location says otherwise (torch/serialization.py)
+    import io
+
+    def fn():
+        x = torch.arange(6., device="cuda").reshape(2, 3) * 2
+        buf = io.BytesIO()
+        torch.save({"x": x, "step": 3}, buf)
+        buf.seek(0)
+        on_dev = torch.load(buf)
+        buf.seek(0)
+        on_cpu = torch.load(buf, map_location="cpu")
+        return str(on_dev["x"].device), on_dev["x"].cpu(), str(on_cpu["x"].device), on_cpu["step"], buf.getvalue()
+
+    dev, a, cpu_dev, step, blob = simdist.run(fn).returns[0]
+    assert dev == "cuda:0" and cpu_dev == "cpu" and step == 3
+    assert torch.equal(a, torch.arange(6.).reshape(2, 3) * 2)
+    import io as _io
+    outside = torch.load(_io.BytesIO(blob))  # a checkpoint written in a run loads on the host afterwards
+    assert torch.equal(outside["x"], a)
