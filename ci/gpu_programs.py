@@ -1,4 +1,4 @@
-"""Run the program corpus (tests/programs/) on real GPUs with NCCL and cross-check simdist's verdicts.
+"""Run the program corpora (tests/programs/, tests/programs2/) on real GPUs with NCCL and cross-check simdist's verdicts.
 
     NCCL_NVLS_ENABLE=0 python3 ci/gpu_programs.py --sim docs/gpu/programs-sim.json --out report-programs
 
@@ -39,14 +39,18 @@ def meta(path):
         return m.group(1).strip() if m else default
     return {"name": os.path.basename(path)[:-3], "path": path, "expected": field("EXPECTED", "clean"),
             "kinds": sorted(k.strip() for k in field("KINDS", "").split(",") if k.strip()),
-            "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL")}
+            "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL"),
+            "device_count": field("DEVICE_COUNT")}
 
 
 def programs(world_size):
+    """The clean and hazard programs of both corpora for this world size, one GPU per rank, torch >= 2.8."""
     out = []
-    for p in sorted(glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py"))):
+    paths = glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py")) + glob.glob(PROGRAMS + "2" + os.sep + "q[0-9]*.py")
+    for p in sorted(paths, key=os.path.basename):
         m = meta(p)
-        if m["world_size"] == world_size and m["nccl"] in (None, "2.8"):  # the GPU's torch is >= 2.8
+        if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None
+                and m["expected"] in ("clean", "hazard")):
             out.append(m)
     return out
 

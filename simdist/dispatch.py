@@ -814,8 +814,7 @@ def _to_copy(rs, func, args, kwargs):
         stream = rs.current_stream(dst_dev.index)
         out = allocate(dst_dev, stream, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
         si, oi = src._inner, out._inner
-        launch(rs, rs.current_stream(src._dev.index) if dst_dev is src._dev else stream, "_to_copy", "kernel",
-               lambda: oi.copy_(si), (src,), (out,), _nbytes((src, out)))
+        _device_copy(rs, src, out, lambda: oi.copy_(si), "_to_copy")
         return out
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
@@ -856,6 +855,21 @@ def _to_copy(rs, func, args, kwargs):
     return out
 
 
+def _device_copy(rs, src, dst, fn, name):
+    """A device-to-device copy. Within one device: a kernel on its current stream. Across devices, as ATen's
+    copy_device_to_device: the copy runs on the source device's current stream after it waits for the
+    destination's current stream, and the destination's current stream then waits for the copy."""
+    if src._dev is dst._dev:
+        return launch(rs, rs.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
+                      _nbytes((src, dst)))
+    host = rs.host
+    s_stream, d_stream = rs.current_stream(src._dev.index), rs.current_stream(dst._dev.index)
+    s_stream.wait_marker(host, d_stream.record_marker(host))
+    op = launch(rs, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
+    d_stream.wait_marker(host, s_stream.record_marker(host))
+    return op
+
+
 @special(aten.copy_.default)
 def _copy_(rs, func, args, kwargs):
     dst, src = args[0], args[1]
@@ -867,8 +881,7 @@ def _copy_(rs, func, args, kwargs):
             if t._dev.rank != rs.rank:
                 raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {t._dev.rank}")
         di, si = d._inner, s._inner
-        launch(rs, rs.current_stream(d._dev.index), "copy_", "kernel", lambda: di.copy_(si), (s,), (d,),
-               _nbytes((d, s)))
+        _device_copy(rs, s, d, lambda: di.copy_(si), "copy_")
         return dst
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)

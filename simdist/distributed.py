@@ -99,16 +99,19 @@ class DistState:
     def resolve(self, group):
         if group is None or group is c10d.GroupMember.WORLD or group is _WORLD_SENTINEL:
             return self.world_group
+        if group is c10d.GroupMember.NON_GROUP_MEMBER:
+            raise _NotMember("a collective")
         if isinstance(group, ProcessGroup):
             return group
         raise SimulationError(f"unknown process group {group!r}: pass a group made by torch.distributed.new_group "
                               "inside the simulated run")
 
     def member(self, rs, group, what):
+        if group is c10d.GroupMember.NON_GROUP_MEMBER:
+            raise _NotMember(what)
         g = self.resolve(group)
         if rs.rank not in g.index:
-            raise SimulationError(f"rank {rs.rank} called {what} on group {g.name} ranks={g.ranks}, "
-                                  f"which it is not a member of")
+            raise _NotMember(what)
         return g
 
     # --- rendezvous -------------------------------------------------------
@@ -485,6 +488,28 @@ def _mismatch(inst, g, rs, desc, frames):
     raise CollectiveMismatch("\n".join(lines))
 
 
+class _NotMember(Exception):
+    """A collective called on a group the rank is not in (see _skip_if_not_member)."""
+
+
+def _skip_if_not_member(fn):
+    """As torch.distributed does: a collective on a group the calling rank is not in is a no-op with a warning
+    (distributed_c10d._rank_not_in_group / _warn_not_in_group), not an error."""
+    import functools
+    import warnings
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _NotMember as e:
+            warnings.warn(f"Running {e.args[0]} on global rank {_rank().rank} which does not belong to the given "
+                          "group.", stacklevel=2)
+            return None
+    return wrapper
+
+
+@_skip_if_not_member
 def all_reduce(tensor, op=None, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_reduce")
@@ -494,6 +519,7 @@ def all_reduce(tensor, op=None, group=None, async_op=False):
                               [t], [t], lambda vals: [[_reduce([v[0] for v in vals], name)]] * len(vals), async_op)
 
 
+@_skip_if_not_member
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "broadcast")
@@ -510,6 +536,7 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
         nbytes=t.numel() * t.element_size())
 
 
+@_skip_if_not_member
 def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "reduce")
@@ -523,6 +550,7 @@ def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None
         async_op, writes=[t] if rs.rank == root else [])
 
 
+@_skip_if_not_member
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_gather_into_tensor")
@@ -538,6 +566,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
         nbytes=o.numel() * o.element_size())
 
 
+@_skip_if_not_member
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_gather")
@@ -554,6 +583,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
         lambda vals: [[v[0] for v in vals]] * n, async_op, nbytes=n * t.numel() * t.element_size())
 
 
+@_skip_if_not_member
 def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "reduce_scatter_tensor")
@@ -572,6 +602,7 @@ def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
                               nbytes=i.numel() * i.element_size())
 
 
+@_skip_if_not_member
 def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "reduce_scatter")
@@ -586,6 +617,7 @@ def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
         lambda vals: [[_reduce([v[j] for v in vals], name)] for j in range(n)], async_op)
 
 
+@_skip_if_not_member
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_to_all_single")
@@ -618,6 +650,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                               ("all_to_all_single", str(i.dtype)), [i], [o], compute, async_op)
 
 
+@_skip_if_not_member
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_to_all")
@@ -628,6 +661,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
                               lambda vals: [[vals[k][j] for k in range(n)] for j in range(n)], async_op)
 
 
+@_skip_if_not_member
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "gather")
@@ -643,6 +677,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
         lambda vals: [[v[0] for v in vals] if j == i else [] for j in range(n)], async_op)
 
 
+@_skip_if_not_member
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "scatter")
@@ -658,6 +693,7 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
         lambda vals: [[vals[i][j]] for j in range(n)], async_op)
 
 
+@_skip_if_not_member
 def barrier(group=None, async_op=False, device_ids=None):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "barrier")
@@ -834,12 +870,16 @@ def get_backend(group=None):
 
 def get_rank(group=None):
     rs = _rank()
+    if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        return -1
     g = rs.world.dist.resolve(group)
     return g.index.get(rs.rank, -1)
 
 
 def get_world_size(group=None):
     rs = _rank()
+    if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        return -1
     g = rs.world.dist.resolve(group)
     return g.size() if rs.rank in g.index else -1
 
@@ -847,7 +887,9 @@ def get_world_size(group=None):
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
               group_desc=None, device_id=None):
     rs = _rank()
-    return rs.world.dist.new_group(rs, ranks, group_desc)
+    g = rs.world.dist.new_group(rs, ranks, group_desc)
+    # torch.distributed hands non-members GroupMember.NON_GROUP_MEMBER (collectives on it are no-ops)
+    return g if rs.rank in g.index else c10d.GroupMember.NON_GROUP_MEMBER
 
 
 def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_options=None, group_desc=None):

@@ -208,6 +208,9 @@ class DeviceMemory:
         if self.closed or alloc.block is None:
             return
         host = self.world.ranks[self.rank].host  # the owning process's host, whichever thread dropped it
+        # the bytes stop counting as allocated at free, even when reuse waits for recorded streams
+        # (CUDACachingAllocator::free updates the stats before insert_events)
+        self.allocated_bytes -= alloc.block.size
         if alloc.uses:
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
@@ -235,7 +238,6 @@ class DeviceMemory:
         block = alloc.block
         alloc.block = None
         self.world.shadow.on_free(alloc, block)
-        self.allocated_bytes -= block.size
         block.allocated = False
         block.segment.live -= 1
         for nb in (block.prev, block.next):

@@ -271,6 +271,10 @@ def _patch_list():
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
         (torch, "load", _torch_load),
+        (torch, "compile", _compile),
+        (torch.cuda, "CUDAGraph", _RefusedCUDAGraph),
+        (torch.cuda, "graph", _cuda_graphs_refused),
+        (torch.cuda, "make_graphed_callables", _cuda_graphs_refused),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),
@@ -283,11 +287,52 @@ def _patch_list():
     return items
 
 
+def _compile(model=None, **kwargs):
+    """torch.compile inside a rank: the function runs eagerly. A compiled graph issues the same work on the
+    current stream, so its ordering is what the eager ops have; inductor itself cannot run on simulated
+    tensors (it would generate CUDA kernels). Works as torch.compile(fn), torch.compile(fn, mode=...) and
+    @torch.compile(...)."""
+    if model is None:
+        return lambda m: m
+    return model
+
+
+def _cuda_graphs_refused(*args, **kwargs):
+    from .errors import UnsupportedOperation
+    raise UnsupportedOperation("CUDA graphs (torch.cuda.CUDAGraph / torch.cuda.graph / make_graphed_callables) are "
+                               "not modelled by simdist: run the captured region eagerly")
+
+
+class _RefusedCUDAGraph:
+    def __init__(self, *args, **kwargs):
+        _cuda_graphs_refused()
+
+
+_warmed = []
+
+
+def _warm_lazy_imports():
+    """Import what torch imports lazily on the first meta kernel of a reference op (torch._dynamo, through
+    torch._compile's disable wrapper) before a run pauses gc: an import inside a run leaves reference cycles
+    that hold the frames of the op being dispatched, and with them its output tensors, so the first run in a
+    process would free (and reuse) memory later than every other run."""
+    if _warmed:
+        return
+    _warmed.append(True)
+    try:
+        import torch._dynamo  # noqa: F401
+        torch.ops.aten.exp.default(torch.empty(2, device="meta"))
+    except Exception:  # noqa: BLE001 - only a warm-up
+        pass
+    gc.collect()
+
+
 class Installed:
     """Context manager: patches in, gc paused (collection timing would change allocator reuse)."""
 
     def __enter__(self):
         global _active
+        _warm_lazy_imports()
         with _lock:
             if _active is not None:
                 from .errors import SimulationError

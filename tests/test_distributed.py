@@ -266,12 +266,18 @@ def test_deadlock_reported_quickly(case):
 
 
 def test_group_misuse_is_clear():
+    # A collective on a group the rank is not in is a no-op with a warning in torch.distributed
+    # (distributed_c10d._rank_not_in_group / _warn_not_in_group); get_rank / get_world_size answer -1.
     def fn():
         g = dist.new_group([0])
+        x = torch.ones(1, device="cuda")
         if dist.get_rank() == 1:
-            dist.all_reduce(torch.ones(1, device="cuda"), group=g)
-    with pytest.raises(simdist.SimulationError, match="not a member"):
-        simdist.run(fn, world_size=2)
+            with pytest.warns(UserWarning, match="does not belong to the given group"):
+                assert dist.all_reduce(x, group=g) is None
+        else:
+            dist.all_reduce(x, group=g)
+        return x.item(), dist.get_rank(g), dist.get_world_size(g)
+    assert simdist.run(fn, world_size=2).returns == [(1.0, 0, 1), (1.0, -1, -1)]
 
     def fn2():
         dist.all_reduce(torch.ones(1, device="cuda"), group="tp")

@@ -1,10 +1,13 @@
-"""Run every probe in this directory under simdist for seeds 0..9 and compare with its EXPECTED docstring.
+"""Run every probe (q*.py) in a directory under simdist for seeds 0..N-1 and compare with its EXPECTED docstring.
 
-usage: python tests/programs/run_all.py [-j N] [--seeds 10] [--timeout 60] [probe-name-substring ...]
+usage: python tests/programs/run_all.py [--dir tests/programs2] [-j N] [--seeds 5] [--timeout 60] [--details] [name-substring ...]
 
-Each probe runs in its own subprocess (one per probe, all seeds in sequence) with a per-seed wall-clock timeout;
-a probe that exceeds it is reported as HANG. The docstring of each probe gives:
-    EXPECTED: clean|hazard     KINDS: comma-separated hazard kinds     WORLD_SIZE: n (default 2)     NCCL: 2.7|2.8
+Docstring fields of each probe:
+    EXPECTED: clean | hazard | error | clean-or-error
+    KINDS: hazard kinds that must all be reported (hazard)      KINDS_ALSO: kinds that may also be reported
+    ERROR: exception class name(s), '|'-separated; a match on any class in the raised exception's MRO counts
+    WORLD_SIZE: n (default 2)    NCCL: 2.7|2.8    DEVICE_COUNT: devices per world (simdist.run device_count)
+A probe exceeding timeout*seeds seconds is reported as HANG.
 """
 import argparse
 import glob
@@ -17,6 +20,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def parse_doc(path):
@@ -27,18 +31,22 @@ def parse_doc(path):
     def field(name, default=None):
         mm = re.search(rf"^{name}:\s*(.+)$", doc, re.M)
         return mm.group(1).strip() if mm else default
-    kinds = field("KINDS", "")
-    return {"expected": field("EXPECTED", "clean"),
-            "kinds": sorted(k.strip() for k in kinds.split(",") if k.strip()),
-            "world_size": int(field("WORLD_SIZE", "2")),
-            "nccl": field("NCCL")}
+
+    def kl(name):
+        return sorted(k.strip() for k in field(name, "").split(",") if k.strip())
+    return {"expected": field("EXPECTED", "clean"), "kinds": kl("KINDS"), "kinds_also": kl("KINDS_ALSO"),
+            "errors": [e.strip() for e in field("ERROR", "").split("|") if e.strip()],
+            "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL"),
+            "device_count": field("DEVICE_COUNT")}
 
 
 WORKER = r'''
 import io, json, sys, contextlib, traceback
 import simdist
-path, ws, nccl, nseeds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+path, ws, nccl, dc, nseeds, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6]
 opts = {} if nccl == "-" else {"nccl": nccl}
+if dc != "-":
+    opts["device_count"] = int(dc)
 for seed in range(nseeds):
     rec = {"seed": seed}
     sink = io.StringIO()
@@ -47,13 +55,13 @@ for seed in range(nseeds):
             r = simdist.run_script(path, world_size=ws, seed=seed, **opts)
         rec["kinds"] = sorted({h.kind for h in r.hazards})
         rec["observed"] = any(h.observed for h in r.hazards)
-        rec["observed_kinds"] = sorted({h.kind for h in r.hazards if h.observed})
         rec["n"] = len(r.hazards)
-        if seed == 0 and r.hazards:
+        if r.hazards:
             rec["first"] = str(r.hazards[0])[:3000]
     except BaseException as e:
         lines = [l for l in str(e).splitlines() if l.strip()]
         rec["error"] = f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+        rec["mro"] = [c.__name__ for c in type(e).__mro__]
         rec["tb"] = traceback.format_exc()[-4000:]
     with open(out, "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -67,41 +75,54 @@ def run_probe(path, nseeds, timeout):
     hang = False
     try:
         subprocess.run([sys.executable, "-c", WORKER, path, str(meta["world_size"]), meta["nccl"] or "-",
-                        str(nseeds), out], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       timeout=timeout * nseeds, cwd=os.path.dirname(os.path.dirname(HERE)))
+                        meta["device_count"] or "-", str(nseeds), out], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=timeout * nseeds, cwd=ROOT)
     except subprocess.TimeoutExpired:
         hang = True
     recs = [json.loads(l) for l in open(out) if l.strip()]
     os.unlink(out)
     if not hang and len(recs) < nseeds:
-        recs.append({"error": "worker died (no record)"})
+        recs.append({"error": "worker died (no record)", "mro": []})
     return path, meta, recs, hang
 
 
-def summarize(meta, recs, hang, nseeds):
-    errors = [r["error"] for r in recs if "error" in r]
-    kinds = sorted({k for r in recs for k in r.get("kinds", [])})
-    seeds_with = sum(1 for r in recs if r.get("kinds"))
-    observed = any(r.get("observed") for r in recs)
+def summarize(meta, recs, hang):
+    errors = [r for r in recs if "error" in r]
     ok_recs = [r for r in recs if "error" not in r]
+    kinds = sorted({k for r in ok_recs for k in r.get("kinds", [])})
+    seeds_with = sum(1 for r in ok_recs if r.get("kinds"))
+    observed = any(r.get("observed") for r in recs)
+    exp = meta["expected"]
     if hang:
         verdict = f"HANG after {len(recs)} seed(s)"
     elif errors:
-        verdict = "ERROR " + errors[0]
+        verdict = f"ERROR({len(errors)}/{len(recs)}) " + errors[0]["error"]
     elif kinds:
         verdict = ",".join(kinds) + f" ({seeds_with}/{len(ok_recs)} seeds)"
     else:
         verdict = "clean"
-    if hang or errors:
+    if hang:
+        agree = "NO(hang)"
+    elif exp in ("error", "clean-or-error") and errors:
+        good = all(set(r.get("mro", [])) & set(meta["errors"]) for r in errors) if meta["errors"] else True
+        if exp == "error" and len(errors) < len(recs):
+            agree = "NO(error only on some seeds)"
+        elif exp == "clean-or-error" and kinds:
+            agree = "NO(hazard)"
+        else:
+            agree = "yes" if good else "NO(wrong error class)"
+    elif errors:
         agree = "NO(crash)"
-    elif meta["expected"] == "clean":
+    elif exp == "error":
+        agree = "NO(no error)"
+    elif exp in ("clean", "clean-or-error"):
         agree = "yes" if not kinds else "NO(false positive)"
     else:
         if not kinds:
             agree = "NO(missed)"
         elif seeds_with < len(ok_recs):
             agree = "NO(flaky detection)"
-        elif meta["kinds"] and set(kinds) != set(meta["kinds"]):
+        elif meta["kinds"] and not (set(meta["kinds"]) <= set(kinds) <= set(meta["kinds"]) | set(meta["kinds_also"])):
             agree = "kind-differs"
         else:
             agree = "yes"
@@ -110,33 +131,46 @@ def summarize(meta, recs, hang, nseeds):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=HERE)
     ap.add_argument("-j", type=int, default=max(1, (os.cpu_count() or 2)))
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=60, help="seconds per seed")
     ap.add_argument("--details", action="store_true", help="print the first hazard / traceback per disagreement")
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("only", nargs="*")
     a = ap.parse_args()
-    paths = sorted(p for p in glob.glob(os.path.join(HERE, "p[0-9]*.py"))
+    paths = sorted(p for p in glob.glob(os.path.join(os.path.abspath(a.dir), "[pq][0-9]*.py"))
                    if not a.only or any(s in os.path.basename(p) for s in a.only))
     with ThreadPoolExecutor(a.j) as ex:
         results = list(ex.map(lambda p: run_probe(p, a.seeds, a.timeout), paths))
     rows = []
     raw = {}
     for path, meta, recs, hang in results:
-        verdict, observed, agree = summarize(meta, recs, hang, a.seeds)
-        exp = meta["expected"] + (f" [{','.join(meta['kinds'])}]" if meta["kinds"] else "")
-        if meta["world_size"] != 2 or meta["nccl"]:
-            exp += f" (ws={meta['world_size']}{', nccl=' + meta['nccl'] if meta['nccl'] else ''})"
+        verdict, observed, agree = summarize(meta, recs, hang)
+        exp = meta["expected"]
+        if meta["kinds"]:
+            exp += f" [{','.join(meta['kinds'])}]"
+        if meta["errors"]:
+            exp += f" [{'|'.join(meta['errors'])}]"
+        extra = []
+        if meta["world_size"] != 2:
+            extra.append(f"ws={meta['world_size']}")
+        if meta["nccl"]:
+            extra.append(f"nccl={meta['nccl']}")
+        if meta["device_count"]:
+            extra.append(f"dc={meta['device_count']}")
+        if extra:
+            exp += f" ({', '.join(extra)})"
         rows.append((os.path.basename(path)[:-3], exp, verdict, "yes" if observed else "no", agree))
         raw[os.path.basename(path)] = {"meta": meta, "recs": recs, "hang": hang}
-    w = [max(len(r[i]) for r in rows + [("probe", "expected", "verdict", "observed", "agree?")]) for i in range(5)]
-    w[2] = min(w[2], 90)
+    hdr = ("probe", "expected", "verdict", "observed", "agree?")
+    w = [max(len(r[i]) for r in rows + [hdr]) for i in range(5)]
+    w[2] = min(w[2], 100)
     fmt = "  ".join(f"{{:{x}}}" for x in w)
-    print(fmt.format("probe", "expected", "verdict", "observed", "agree?"))
+    print(fmt.format(*hdr))
     print("  ".join("-" * x for x in w))
     for r in rows:
-        print(fmt.format(r[0], r[1], r[2][:90], r[3], r[4]))
+        print(fmt.format(r[0], r[1], r[2][:100], r[3], r[4]))
     n_ok = sum(r[4] == "yes" for r in rows)
     print(f"\n{n_ok}/{len(rows)} agree")
     if a.details:

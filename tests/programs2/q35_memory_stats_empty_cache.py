@@ -21,9 +21,11 @@ def main():
     big = torch.empty(4 * MiB, dtype=torch.uint8, device="cuda")     # 4 MiB -> large pool, 20 MiB segment
     assert torch.cuda.memory_allocated() - a0 == 512 + 4 * MiB
     assert torch.cuda.memory_reserved() - r0 == 22 * MiB, (torch.cuda.memory_reserved() - r0) / MiB
-    huge = torch.empty(11 * MiB, dtype=torch.uint8, device="cuda")   # >= 10 MiB -> rounded to 2 MiB: 12 MiB
+    huge = torch.empty(11 * MiB, dtype=torch.uint8, device="cuda")   # fits the 16 MiB remainder of the 20 MiB segment
+    assert torch.cuda.memory_reserved() - r0 == 22 * MiB, (torch.cuda.memory_reserved() - r0) / MiB
+    huge2 = torch.empty(11 * MiB, dtype=torch.uint8, device="cuda")  # 5 MiB left: new segment, >= 10 MiB -> 12 MiB
     assert torch.cuda.memory_reserved() - r0 == 34 * MiB, (torch.cuda.memory_reserved() - r0) / MiB
-    del big, huge
+    del big, huge, huge2
     assert torch.cuda.memory_allocated() - a0 == 512
     assert torch.cuda.memory_reserved() - r0 == 34 * MiB
     torch.cuda.empty_cache()
@@ -31,7 +33,7 @@ def main():
     del t
     torch.cuda.empty_cache()
     assert torch.cuda.memory_allocated() == a0 and torch.cuda.memory_reserved() == r0
-    assert torch.cuda.max_memory_allocated() >= 512 + 15 * MiB
+    assert torch.cuda.max_memory_allocated() >= 512 + 26 * MiB
 
 
 if __name__ == "__main__":
