@@ -281,11 +281,16 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001 - a pass that died leaves partial evidence; the report says so
             print(f"pass {p} failed: {e}", file=sys.stderr)
         print(f"pass {p}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    took = os.path.join(out_dir, "seconds.txt")
+    if not a.assemble:
+        with open(took, "w") as f:
+            f.write(f"{time.perf_counter() - t:.1f}")
+    seconds = float(open(took).read()) if os.path.exists(took) else 0.0
     sim = json.load(open(a.sim))["programs"] if os.path.exists(a.sim) else {}
     rows = assemble(out_dir, sim, world)
     info = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())), "device":
-            f"{world}x {torch.cuda.get_device_name(0)}", "seconds": time.perf_counter() - t}
+            f"{world}x {torch.cuda.get_device_name(0)}", "seconds": seconds}
     return 0 if write_report(rows, a.out, info) else 1
 
 
