@@ -49,6 +49,7 @@ class ProcessGroup:
         self.name = name
         self.group_name = name
         self.seq = {}
+        self.backend = None  # None: the default group's
 
     def size(self):
         return len(self.ranks)
@@ -65,6 +66,9 @@ class ProcessGroup:
 
     def _get_backend_name(self):
         return "nccl"
+
+
+DEFAULT_BACKEND = "cpu:gloo,cuda:nccl"  # what init_process_group() makes when no backend is named
 
 
 class DistState:
@@ -121,8 +125,8 @@ class DistState:
         key = (g.id, n)
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = (Collective(self, g, n, kind) if kind != "object" else HostRendezvous(
-                self, g, n))
+            inst = self.instances[key] = (HostRendezvous(self, g, n) if kind == "object" else
+                                          CpuRendezvous(self, g, n) if kind == "cpu" else Collective(self, g, n, kind))
         return inst
 
     def on_rank_exit(self, rs):
@@ -350,8 +354,12 @@ def _desc(kind, tensors, extra=""):
 
 def _check_tensor(rs, t, what):
     from .tensor import SimTensor
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what}: expected a tensor, got {type(t).__name__}")
     if not isinstance(t, SimTensor):
-        raise SimulationError(f"{what}: NCCL needs CUDA tensors, got a {getattr(t, 'device', type(t))} tensor")
+        if not t.is_contiguous():
+            raise ValueError(f"{what}: Tensors must be contiguous")
+        return t  # a CPU tensor: a gloo collective if the group has gloo (_launch_collective)
     if t._dev.rank != rs.rank:
         raise SimulationError(f"{what}: rank {rs.rank} passed a tensor of rank {t._dev.rank}")
     if not t.is_contiguous():
@@ -429,8 +437,21 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
                        nbytes=None, stream_key=None):
     from .dispatch import launch
     from .cuda_api import record_stream
+    from .tensor import SimTensor
     world = rs.world
     state = world.dist
+    tensors = list(inputs) + list(outputs)
+    n_cpu = sum(1 for t in tensors if not isinstance(t, SimTensor))
+    if n_cpu:
+        if n_cpu != len(tensors):
+            raise ValueError(f"{kind}: CPU and CUDA tensors mixed in one collective")
+        backend = _backend_of(state, g)
+        if "gloo" not in backend:
+            raise RuntimeError(f"No backend type associated with device type cpu (group {g.name} has backend "
+                               f"'{backend}'; a CPU tensor needs gloo, e.g. init_process_group('cpu:gloo,cuda:nccl'))")
+        return _host_collective(rs, g, kind, desc, sig, reads if reads is not None else inputs, outputs, compute,
+                                nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs),
+                                async_op)
     inst = state.instance(rs, g, kind)
     frames = capture_frames()
     if not isinstance(inst, Collective) or inst.kind != kind:
@@ -478,6 +499,37 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
     if on_side:
         cur.wait_marker(host, marker)
     return None
+
+
+class CpuRendezvous(HostRendezvous):
+    """A gloo collective on CPU tensors: synchronous on the host. Every rank's inputs are read when the last
+    rank arrives and each rank's outputs are written before its call returns."""
+
+    def __init__(self, state, group, seq):
+        super().__init__(state, group, seq)
+        self.kind = "cpu"
+        self.results = None
+
+
+def _host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nbytes, async_op):
+    state = rs.world.dist
+    frames = capture_frames()
+    inst = state.instance(rs, g, "cpu")
+    if not isinstance(inst, CpuRendezvous):
+        _mismatch(inst, g, rs, desc, frames)
+    inst.register(rs, desc, sig, frames)
+    inst.arrive(rs, [t.detach().clone() for t in reads])
+    if inst.complete and inst.results is None:
+        inst.results = compute([inst.payloads[r] for r in g.ranks])
+        inst.done_time = max(inst.arrived.values()) + cost.collective_ns(kind, nbytes, len(g.ranks))
+    if not inst.complete:
+        rs.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, f"{kind} (gloo)")
+    rs.host.clock = max(rs.host.clock, inst.done_time)
+    rs.host.join_clock(inst.vc)
+    for o, v in zip(outputs, inst.results[g.index[rs.rank]]):
+        if v is not None:
+            o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
+    return Work(rs, None, None, list(outputs)) if async_op else None
 
 
 def _mismatch(inst, g, rs, desc, frames):
@@ -850,6 +902,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
         from .cuda_api import set_device
         set_device(device_id)
     w.dist.initialized.add(rs.rank)
+    w.dist.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
 
 
 def is_initialized():
@@ -865,7 +918,12 @@ def is_nccl_available():
 
 
 def get_backend(group=None):
-    return "nccl"
+    rs = _rank()
+    return _backend_of(rs.world.dist, rs.world.dist.resolve(group))
+
+
+def _backend_of(state, g):
+    return g.backend or state.world_group.backend or DEFAULT_BACKEND
 
 
 def get_rank(group=None):
@@ -888,6 +946,8 @@ def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local
               group_desc=None, device_id=None):
     rs = _rank()
     g = rs.world.dist.new_group(rs, ranks, group_desc)
+    if backend is not None and g.backend is None:
+        g.backend = str(backend).lower()
     # torch.distributed hands non-members GroupMember.NON_GROUP_MEMBER (collectives on it are no-ops)
     return g if rs.rank in g.index else c10d.GroupMember.NON_GROUP_MEMBER
 

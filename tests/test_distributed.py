@@ -368,3 +368,29 @@ def test_spawn_calling_convention():
 
     res = simdist.spawn(worker, args=(3, 2.0), nprocs=3)
     assert res.returns == [48.0, 48.0, 48.0] and res.hazards == []
+
+
+def test_gloo_collectives_on_cpu_tensors():
+    # init_process_group() without a backend creates gloo for CPU and NCCL for CUDA tensors; "gloo" alone works
+    # on CPU tensors; a CPU tensor on an NCCL-only group is refused ("No backend type associated with device type
+    # cpu"). Gloo collectives on CPU tensors complete on the host before the call returns.
+    def prog(backend):
+        dist.init_process_group(backend)
+        x = torch.ones(4) * (dist.get_rank() + 1)
+        dist.all_reduce(x)
+        parts = [torch.empty(2) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, torch.full((2,), float(dist.get_rank())))
+        w = dist.broadcast(torch.arange(3.) * (dist.get_rank() + 1), src=1, async_op=True)
+        w.wait()
+        y = torch.ones(2, device="cuda") * (dist.get_rank() + 1)
+        if "nccl" in dist.get_backend():
+            dist.all_reduce(y)
+        return x.tolist(), [p.tolist() for p in parts], y.sum().item(), dist.get_backend()
+
+    for backend, want_y, name in ((None, 6.0, "cpu:gloo,cuda:nccl"), ("gloo", None, "gloo")):
+        res = simdist.run(prog, world_size=2, args=(backend,))
+        for r, (x, parts, y, b) in enumerate(res.returns):
+            assert x == [3.0] * 4 and parts == [[0.0, 0.0], [1.0, 1.0]] and b == name
+            assert y == (want_y if want_y is not None else 2.0 * (r + 1))
+    with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+        simdist.run(prog, world_size=2, args=("nccl",))
