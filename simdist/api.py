@@ -124,22 +124,26 @@ def _target_of(fn):
     return f"{mod}:{name}"
 
 
-def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None):
+def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None, args=()):
     from .policies import Choice, Jitter
     script = getattr(fn, "_simdist_script", None)
-    target = shlex.quote(script[0]) if script else shlex.quote(_target_of(fn))
+    spawned = getattr(fn, "_simdist_spawn", None)
+    target = shlex.quote(script[0]) if script else shlex.quote(_target_of(spawned or fn))
     cmd = f"simdist run {target} --world-size {world_size} --seed {seed} --nccl {nccl}"
-    if script and script[1]:
-        cmd += " -- " + " ".join(shlex.quote(a) for a in script[1])
-    if kwargs:
-        try:
-            cmd += f" --kwargs {shlex.quote(json.dumps(kwargs))}"
-        except TypeError:
-            cmd += " (with non-JSON keyword arguments)"
+    if spawned is not None:
+        cmd += " --spawn"
+    for flag, value in (("--args", list(args)), ("--kwargs", kwargs)):
+        if value:
+            try:
+                cmd += f" {flag} {shlex.quote(json.dumps(value))}"
+            except TypeError:
+                cmd += f" (with non-JSON {flag[2:]})"
     if isinstance(pol, Choice) and not callable(pol.choices):
         cmd += f" --delays {','.join(str(int(c)) for c in pol.choices) or '0'}"
     elif not isinstance(pol, Jitter):
         cmd += f" --policy {shlex.quote(pol.name)}"
+    if script and script[1]:
+        cmd += " -- " + " ".join(shlex.quote(a) for a in script[1])  # last: everything after `--` is the script's
     return cmd
 
 
@@ -217,6 +221,7 @@ def spawn(fn, args=(), nprocs=1, **options) -> RunResult:
 
     per_rank.__name__ = per_rank.__qualname__ = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
     per_rank.__module__ = getattr(fn, "__module__", None)
+    per_rank._simdist_spawn = fn  # the replay command names the worker, with --spawn
     return run(per_rank, world_size=nprocs, args=tuple(args), **options)
 
 
@@ -318,7 +323,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
             a, b = by_key.get(hz.first_op_key), by_key.get(hz.second_op_key)
             if a is not None and b is not None and a.end is not None and b.end is not None:
                 hz.slack_ns = a.end - b.end
-    replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs)
+    replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs, args)
     return RunResult(returns=returns, hazards=hazards, _digest=_DigestSource(world, returns, hazards),
                      _trace_source=(TraceSource(world), hazards),
                      schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),

@@ -52,11 +52,17 @@ def cmd_run(a):
         policy = sd.Targeted({(int(rank), stream, int(seq)): int(ns)}, sd.make_policy(a.policy, a.seed))
     import json
     kwargs = json.loads(a.kwargs) if a.kwargs else None
+    args = tuple(json.loads(a.fn_args)) if a.fn_args else ()
     if script:
         res = simdist.run_script(a.target, argv=a.args, world_size=a.world_size, seed=a.seed, nccl=a.nccl,
                                  policy=policy)
     else:
-        res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, kwargs=kwargs)
+        if a.spawn:
+            res = simdist.spawn(fn, args=args, nprocs=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy,
+                                kwargs=kwargs)
+        else:
+            res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, args=args,
+                              kwargs=kwargs)
     print(res.report())
     if a.trace:
         res.save_trace(a.trace)
@@ -118,6 +124,9 @@ def build_parser():
     r.add_argument("--delays", default=None, help="comma-separated choice delays (replays a shrunk schedule)")
     r.add_argument("--trace", default=None, help="write a Perfetto trace JSON here")
     r.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for the function")
+    r.add_argument("--args", default=None, dest="fn_args", help="JSON list of positional arguments for the function")
+    r.add_argument("--spawn", action="store_true",
+                   help="call FN(rank, *args), torch.multiprocessing.spawn's convention (simdist.spawn)")
     r.add_argument("--delay-op", default=None, metavar="RANK,STREAM,SEQ,NS",
                    help="delay one op by NS virtual ns (the targeted policy; as printed by simdist hunt)")
     r.set_defaults(func=cmd_run)

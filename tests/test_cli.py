@@ -62,3 +62,28 @@ def test_run_script_api_gives_each_rank_its_own_module(tmp_path):
     import pytest
     with pytest.raises(simdist.api.ScriptExit, match="status 3"):
         simdist.run_script(str(bad), world_size=2)
+
+
+def test_spawn_replay_reproduces_the_digest(tmp_path):
+    import simdist
+    (tmp_path / "spw.py").write_text(
+        "import torch, torch.distributed as dist\n"
+        "def worker(rank, scale):\n"
+        "    x = torch.full((4,), float(rank + 1) * scale, device='cuda')\n"
+        "    side = torch.cuda.Stream()\n"
+        "    with torch.cuda.stream(side):\n"
+        "        y = x * 2\n"
+        "    dist.all_reduce(y)\n"
+        "    return y.sum().item()\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import spw
+        res = simdist.spawn(spw.worker, args=(2.0,), nprocs=2, seed=3)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert "--spawn" in res.replay and "--args" in res.replay
+    cmd = res.replay.split(" ", 1)[1]
+    import shlex
+    out = subprocess.run([sys.executable, "-m", "simdist", *shlex.split(cmd)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert re.search(r"digest=(\w+)", out.stdout).group(1) == res.digest, out.stdout + out.stderr
