@@ -1,4 +1,4 @@
-"""Run the program corpora (tests/programs/, tests/programs2/) on real GPUs with NCCL and cross-check simdist's verdicts.
+"""Run the program corpora (tests/programs/, tests/programs2/, tests/programs3/) on real GPUs with NCCL and cross-check simdist's verdicts.
 
     NCCL_NVLS_ENABLE=0 python3 ci/gpu_programs.py --sim docs/gpu/programs-sim.json --out report-programs
 
@@ -46,7 +46,8 @@ def meta(path):
 def programs(world_size):
     """The clean and hazard programs of both corpora for this world size, one GPU per rank, torch >= 2.8."""
     out = []
-    paths = glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py")) + glob.glob(PROGRAMS + "2" + os.sep + "q[0-9]*.py")
+    paths = (glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py")) + glob.glob(PROGRAMS + "2" + os.sep + "q[0-9]*.py")
+             + glob.glob(PROGRAMS + "3" + os.sep + "r[0-9]*.py"))
     for p in sorted(paths, key=os.path.basename):
         m = meta(p)
         if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None

@@ -83,7 +83,12 @@ def _classify(func):
         info.kind = VIEW
     elif rets and all(_is_tensorish(r.type) for r in rets):
         info.kind = FUNCTIONAL
-        info.out_variant = _find_out_variant(func)
+        # Only core ATen ops (structured kernels) have .out overloads that compute exactly what the functional
+        # computes into the given tensor; a composite's (mse_loss.out) may resize `out` on the way, which on a
+        # view of a simulated segment would write past the block. Those run functionally and copy.
+        core = getattr(torch.Tag, "core", None)
+        if core is not None and core in func.tags:
+            info.out_variant = _find_out_variant(func)
         if info.out_variant is not None:
             info.out_op = info.out_variant._op  # the C callable under OpOverload.__call__
     else:
@@ -378,10 +383,11 @@ def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None,
     shadow = world.shadow
     for t in writes:
         a, sp = t._alloc, t._span
+        rmw = bool(reads) and _in(t, reads)  # read-modify-write: an in-place op or in-place collective
         if sp is not None and not a.records:  # Shadow.access on untouched bytes (a fresh output): one record
-            a.records = [Rec(op, sp[0], sp[1], True, a.id, sp[2], t._inner)]
+            a.records = [Rec(op, sp[0], sp[1], True, a.id, sp[2], t._inner, rmw)]
         else:
-            shadow.access(op, t._inner, a, True, sp)
+            shadow.access(op, t._inner, a, True, sp, rmw)
     for t in reads:
         if not _in(t, writes):
             shadow.access(op, t._inner, t._alloc, False, t._span)
@@ -559,7 +565,10 @@ def _inplace(rs, func, info, args, kwargs):
         _run_random(seed, lambda: func(*fa, **fk))
 
     nbytes = _nbytes(u.sims)
-    launch(rs, stream, info.name, "kernel", fn, u.sims, writes, nbytes, skip=5)
+    reads = u.sims
+    if info.name.split(".")[0] in _WRITE_ONLY:  # fill_, zero_, random fills: they never read what they overwrite
+        reads = [x for x in u.sims if not _in(x, writes)]
+    launch(rs, stream, info.name, "kernel", fn, reads, writes, nbytes, skip=5)
     # return what the schema says is returned: the mutated arguments themselves
     outs = []
     for pos in info.ret_alias:
@@ -572,6 +581,10 @@ def _inplace(rs, func, info, args, kwargs):
     if len(func._schema.returns) == 1:
         return outs[0] if outs else None
     return tuple(outs)
+
+
+_WRITE_ONLY = frozenset(("fill_", "zero_", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
+                         "geometric_", "log_normal_", "cauchy_"))
 
 
 def _sim_of(a):

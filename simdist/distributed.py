@@ -50,6 +50,7 @@ class ProcessGroup:
         self.group_name = name
         self.seq = {}
         self.backend = None  # None: the default group's
+        self.comm_ready = set()  # ranks whose NCCL communicator for this group exists (DistState.ensure_communicator)
 
     def size(self):
         return len(self.ranks)
@@ -81,6 +82,8 @@ class DistState:
         self.p2p_count = {}
         self.n_groups = 1
         self.initialized = set()
+        self.eager_init = False  # init_process_group(device_id=...): communicators made at once
+        self.comm_arrivals = {}  # group id -> {rank: host time} at its first collective
 
     # --- groups -----------------------------------------------------------
     def new_group(self, rs, ranks, desc=None):
@@ -117,6 +120,22 @@ class DistState:
         if rs.rank not in g.index:
             raise _NotMember(what)
         return g
+
+    # --- communicators -----------------------------------------------------
+    def ensure_communicator(self, rs, g):
+        """ProcessGroupNCCL creates a group's communicator at its first collective (ncclCommInitRank, after a
+        store exchange), blocking the host until every member has arrived there, unless init_process_group got a
+        device_id (then communicators are made eagerly). Ranks that first use two groups in different orders
+        therefore hang on real GPUs; here they wait for each other and the run ends in a Deadlock naming it."""
+        if self.eager_init or rs.rank in g.comm_ready or isinstance(g.id, tuple):
+            return  # (P2P pairs: their set-up inside batched/grouped calls is not modelled)
+        arrived = self.comm_arrivals.setdefault(g.id, {})
+        arrived[rs.rank] = rs.host.clock
+        if len(arrived) < g.size():
+            ready = lambda: max(arrived.values()) if len(arrived) == g.size() else None  # noqa: E731
+            rs.block(ready, ready, f"the NCCL communicator set-up of group {g.name} {g.ranks} (its first collective)")
+        rs.host.clock = max(rs.host.clock, max(arrived.values()))
+        g.comm_ready.add(rs.rank)
 
     # --- rendezvous -------------------------------------------------------
     def instance(self, rs, g, kind):
@@ -303,14 +322,36 @@ def _root(g, rank, group_rank):
     return rank if rank is not None else g.ranks[group_rank or 0]
 
 
-def _redop_name(op):
+def _redop_name(op, tensor=None):
+    """The reduce op's name for signatures and for _reduce: 'SUM', 'MAX'..., 'PREMUL_SUM(0.5)'.
+
+    A ReduceOp made by dist._make_nccl_premul_sum carries its factor. NCCL has no bitwise reductions
+    (ProcessGroupNCCL getNcclReduceOp: "Cannot use ReduceOp.BAND with NCCL"); gloo (CPU tensors) has them."""
     if op is None:
         return "SUM"
-    n = getattr(op, "name", None) or str(op)
-    return n.split(".")[-1].upper()
+    kind = getattr(op, "op", None)  # a ReduceOp instance (RedOpType inside); RedOpType has .name
+    n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
+    n = n.split(".")[-1].upper()
+    if n == "PREMUL_SUM":
+        f = getattr(op, "factor", None)
+        if f is None:
+            raise UnsupportedOperation("ReduceOp.PREMUL_SUM needs a factor: use dist._make_nccl_premul_sum(f)")
+        f = f.item() if isinstance(f, torch.Tensor) else float(f)
+        return f"PREMUL_SUM({f!r})"
+    if n in ("BAND", "BOR", "BXOR") and tensor is not None and tensor.device.type == "cuda":
+        raise ValueError(f"Cannot use ReduceOp.{n} with NCCL")
+    if n not in ("SUM", "AVG", "PRODUCT", "MAX", "MIN", "BAND", "BOR", "BXOR"):
+        raise UnsupportedOperation(f"reduce op {n} is not modelled by simdist")
+    return n
 
 
 def _reduce(vals, opname):
+    if opname.startswith("PREMUL_SUM("):
+        f = float(opname[len("PREMUL_SUM("):-1])
+        acc = vals[0] * f
+        for v in vals[1:]:
+            acc.add_(v * f)
+        return acc.to(vals[0].dtype)
     acc = vals[0].clone()
     if opname in ("SUM", "AVG"):
         for v in vals[1:]:
@@ -452,6 +493,7 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
         return _host_collective(rs, g, kind, desc, sig, reads if reads is not None else inputs, outputs, compute,
                                 nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs),
                                 async_op)
+    state.ensure_communicator(rs, g)
     inst = state.instance(rs, g, kind)
     frames = capture_frames()
     if not isinstance(inst, Collective) or inst.kind != kind:
@@ -566,7 +608,7 @@ def all_reduce(tensor, op=None, group=None, async_op=False):
     rs = _rank()
     g = rs.world.dist.member(rs, group, "all_reduce")
     t = _check_tensor(rs, tensor, "all_reduce")
-    name = _redop_name(op)
+    name = _redop_name(op, t)
     return _launch_collective(rs, g, "all_reduce", _desc("all_reduce", [t], name), ("all_reduce", _sig_t(t), name),
                               [t], [t], lambda vals: [[_reduce([v[0] for v in vals], name)]] * len(vals), async_op)
 
@@ -595,7 +637,7 @@ def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None
     t = _check_tensor(rs, tensor, "reduce")
     root = _root(g, dst, group_dst)
     i = g.index[root]
-    name = _redop_name(op)
+    name = _redop_name(op, t)
     return _launch_collective(
         rs, g, "reduce", _desc("reduce", [t], f"dst={root}, {name}"), ("reduce", _sig_t(t), root, name), [t], [t],
         lambda vals: [[_reduce([v[0] for v in vals], name)] if j == i else [None] for j in range(len(vals))],
@@ -627,12 +669,18 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
     n = g.size()
     if len(outs) != n:
         raise ValueError(f"all_gather: tensor_list has {len(outs)} tensors, group {g.name} has {n} ranks")
+    mine = outs[g.index[rs.rank]]
     for x in outs:
-        if x.numel() != t.numel() or x.dtype != t.dtype:
+        if x.dtype != t.dtype:
             raise ValueError(f"all_gather: output {x.dtype}{list(x.shape)} does not match input {t.dtype}{list(t.shape)}")
+    if mine.numel() != t.numel():
+        raise ValueError(f"all_gather: this rank's output slot {list(mine.shape)} does not match its input "
+                         f"{list(t.shape)}")
+    # outputs of different sizes are allowed (ProcessGroupNCCL then broadcasts each rank's input in turn): the
+    # signature is the list of output shapes, which every rank must agree on
     return _launch_collective(
-        rs, g, "all_gather", _desc("all_gather", [t]), ("all_gather", _sig_t(t)), [t], outs,
-        lambda vals: [[v[0] for v in vals]] * n, async_op, nbytes=n * t.numel() * t.element_size())
+        rs, g, "all_gather", _desc("all_gather", [t]), ("all_gather", tuple(_sig_t(x) for x in outs)), [t], outs,
+        lambda vals: [[v[0] for v in vals]] * n, async_op, nbytes=sum(x.numel() * x.element_size() for x in outs))
 
 
 @_skip_if_not_member
@@ -644,7 +692,7 @@ def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
     n = g.size()
     if i.numel() != n * o.numel():
         raise ValueError(f"reduce_scatter_tensor: input {list(i.shape)} must be {n} x output {list(o.shape)}")
-    name = _redop_name(op)
+    name = _redop_name(op, i)
 
     def compute(vals):
         flat = [v[0].reshape(n, -1) for v in vals]
@@ -663,9 +711,13 @@ def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
     n = g.size()
     if len(ins) != n:
         raise ValueError(f"reduce_scatter: input_list has {len(ins)} tensors for {n} ranks")
-    name = _redop_name(op)
-    return _launch_collective(
-        rs, g, "reduce_scatter", _desc("reduce_scatter", [o], name), ("reduce_scatter", _sig_t(o), name), ins, [o],
+    name = _redop_name(op, o)
+    if ins[g.index[rs.rank]].numel() != o.numel():
+        raise ValueError(f"reduce_scatter: output {list(o.shape)} does not match this rank's input slot "
+                         f"{list(ins[g.index[rs.rank]].shape)}")
+    return _launch_collective(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
+        rs, g, "reduce_scatter", _desc("reduce_scatter", [o], name),
+        ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
         lambda vals: [[_reduce([v[j] for v in vals], name)] for j in range(n)], async_op)
 
 
@@ -901,6 +953,7 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if device_id is not None:
         from .cuda_api import set_device
         set_device(device_id)
+        w.dist.eager_init = True
     w.dist.initialized.add(rs.rank)
     w.dist.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
 

@@ -19,9 +19,9 @@ WATCH_LIMIT = 64
 
 
 class Rec:
-    __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "iv")
+    __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "iv", "rmw")
 
-    def __init__(self, op, lo, hi, write, gen, contig, view):
+    def __init__(self, op, lo, hi, write, gen, contig, view, rmw=False):
         self.op = op
         self.lo = lo
         self.hi = hi
@@ -30,6 +30,7 @@ class Rec:
         self.contig = contig
         self.view = view
         self.iv = None
+        self.rmw = rmw  # a write that first reads the same bytes (x.add_(1), an in-place all_reduce)
 
 
 def _intervals(view):
@@ -74,8 +75,8 @@ def _kind(r, rec, op, reused):
         return "reuse-after-free"
     if op.kind == "d2h" and not rec.write:
         return "host-read"
-    if r.write and rec.write:
-        return "write-after-write"
+    if r.write and rec.write:  # a read-modify-write reads the racing write's bytes first
+        return "read-after-write" if rec.rmw else "write-after-write"
     return "read-after-write" if r.write else "write-after-read"
 
 
@@ -142,7 +143,7 @@ class Shadow:
             del g[0]
 
     # --- access checking -------------------------------------------------
-    def access(self, op, view, alloc, write, span=None):
+    def access(self, op, view, alloc, write, span=None, rmw=False):
         """Record that `op` reads or writes `view` (a CPU view of a segment); span: its (lo, hi, dense)."""
         if span is None:
             n = view.numel()
@@ -161,7 +162,7 @@ class Shadow:
                 hi = lo + ext * isz
         else:
             lo, hi, contig = span
-        rec = Rec(op, lo, hi, write, alloc.id, contig, view)
+        rec = Rec(op, lo, hi, write, alloc.id, contig, view, rmw)
         records = alloc.records
         if records:
             ordered = self.world.tokens.ordered
@@ -232,7 +233,7 @@ class Shadow:
         lo, hi = max(r.lo, rec.lo), min(r.hi, rec.hi)
         data = block.segment.data
         first, second = r.op, rec.op
-        if r.write and not rec.write:  # RAW: bad if the reader reads before the write lands
+        if r.write and (not rec.write or rec.rmw):  # RAW: bad if the reader reads before the write lands
             writer, other, bad_if_done, ow = first, second, True, False
         elif r.write:  # WAW: bad if the second write lands before the first
             writer, other, bad_if_done, ow = first, second, True, True

@@ -38,7 +38,7 @@ def test_run_a_torchrun_script_and_replay_it():
     # a whole torchrun-style script runs as __main__ on every rank, with its own arguments after `--`
     out = _simdist("run", "examples/torchrun_allreduce.py", "-n", "2", "--seed", "0")
     assert out.returncode == 1, out.stderr
-    assert "write-after-write" in out.stdout and "OBSERVED" in out.stdout
+    assert "read-after-write" in out.stdout and "OBSERVED" in out.stdout  # all_reduce reads y in place
     replay = re.search(r"^replay: simdist run (.*)$", out.stdout, re.M).group(1).split()
     assert replay[0] == "examples/torchrun_allreduce.py"
     again = _simdist("run", *replay)

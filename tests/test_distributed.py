@@ -394,3 +394,29 @@ def test_gloo_collectives_on_cpu_tensors():
             assert y == (want_y if want_y is not None else 2.0 * (r + 1))
     with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
         simdist.run(prog, world_size=2, args=("nccl",))
+
+
+def test_lazy_communicator_setup_orders_first_use_of_groups():
+    # ProcessGroupNCCL creates a group's communicator at its first collective (a blocking ncclCommInitRank after
+    # a store exchange) unless init_process_group got device_id (eager). Ranks that first use two groups in
+    # different orders hang on GPUs; simdist ends the run with a Deadlock naming the set-up. With device_id the
+    # communicators exist already and the same program runs (each collective on its own stream).
+    def prog(eager):
+        rank = dist.get_rank()
+        dist.init_process_group("nccl", device_id=torch.device("cuda", rank) if eager else None)
+        ga, gb = dist.new_group([0, 1]), dist.new_group([0, 1])
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        xs = [torch.ones(4, device="cuda"), torch.ones(4, device="cuda")]
+        order = [(0, ga), (1, gb)] if rank == 0 else [(1, gb), (0, ga)]
+        for i, g in order:
+            streams[i].wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(streams[i]):
+                dist.all_reduce(xs[i], group=g)
+        torch.cuda.synchronize()
+        return [x.sum().item() for x in xs]
+
+    t = time.perf_counter()
+    with pytest.raises(simdist.Deadlock, match="communicator set-up"):
+        simdist.run(prog, world_size=2, args=(False,))
+    assert time.perf_counter() - t < 10
+    assert simdist.run(prog, world_size=2, args=(True,)).returns == [[8.0, 8.0], [8.0, 8.0]]

@@ -480,6 +480,8 @@ def test_polling_a_query_lets_time_pass():
     assert res.hazards == [] and res.returns[0][1] == 12.0 and res.returns[0][0] >= 1
 
     def livelock():
+        # device_id: communicators are made at init, so the only wait left is the poll itself
+        dist.init_process_group("nccl", device_id=torch.device("cuda", dist.get_rank()))
         x = torch.ones(4, device="cuda")
         if dist.get_rank() == 0:
             w = dist.all_reduce(x, async_op=True)

@@ -1,9 +1,11 @@
-"""Two corpora of plain torchrun-style programs, each with its expected verdict in its docstring.
+"""Three corpora of plain torchrun-style programs, each with its expected verdict in its docstring.
 
 tests/programs/ (p*.py): streams, events, the caching allocator, pinned memory, async copies, collectives, P2P
 and subgroups. tests/programs2/ (q*.py): training with autograd and optimizers, DDP-like gradient hooks,
 autocast, several devices per rank, views and aliasing across streams, allocator statistics, and bad programs
-that must fail with a named error. Both were written as adversarial probe sets by someone who had not read
+that must fail with a named error. tests/programs3/ (r*.py): NCCL semantics in depth (async lifetimes, barrier,
+collectives into slices, several groups and streams, P2P, uneven and rooted collectives, reduce ops, gloo).
+All three were written as adversarial probe sets by someone who had not read
 simdist's tests; about half of the programs contain one race. Each docstring states EXPECTED (clean | hazard |
 error | clean-or-error), KINDS (every one must be reported), KINDS_ALSO (may also be reported), ERROR, and the
 PyTorch rule behind the verdict. Every program runs unmodified through simdist.run_script; clean programs check
@@ -21,7 +23,8 @@ import simdist
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PROGRAMS = sorted(glob.glob(os.path.join(TESTS, "programs", "p[0-9]*.py")) +
-                  glob.glob(os.path.join(TESTS, "programs2", "q[0-9]*.py")))
+                  glob.glob(os.path.join(TESTS, "programs2", "q[0-9]*.py")) +
+                  glob.glob(os.path.join(TESTS, "programs3", "r[0-9]*.py")))
 
 
 def _meta(path):
@@ -43,6 +46,7 @@ def _meta(path):
 def test_corpora_are_there():
     assert len([p for p in PROGRAMS if "/programs/" in p]) >= 60
     assert len([p for p in PROGRAMS if "/programs2/" in p]) >= 50
+    assert len([p for p in PROGRAMS if "/programs3/" in p]) >= 40
 
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=[os.path.basename(p)[:-3] for p in PROGRAMS])

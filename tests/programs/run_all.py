@@ -139,7 +139,7 @@ def main():
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("only", nargs="*")
     a = ap.parse_args()
-    paths = sorted(p for p in glob.glob(os.path.join(os.path.abspath(a.dir), "[pq][0-9]*.py"))
+    paths = sorted(p for p in glob.glob(os.path.join(os.path.abspath(a.dir), "[pqr][0-9]*.py"))
                    if not a.only or any(s in os.path.basename(p) for s in a.only))
     with ThreadPoolExecutor(a.j) as ex:
         results = list(ex.map(lambda p: run_probe(p, a.seeds, a.timeout), paths))

@@ -2,8 +2,8 @@
 waits on the stream that produced the grad (the backward stream).
 
 EXPECTED: hazard
-KINDS: write-after-write
-KINDS_ALSO: read-after-write,write-after-read
+KINDS: read-after-write
+KINDS_ALSO: write-after-write,write-after-read
 REASON: the async collective waits only on the side stream (current at issue); the grad was written on the default stream by backward.
 """
 import os
