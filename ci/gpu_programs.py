@@ -43,15 +43,19 @@ def meta(path):
             "device_count": field("DEVICE_COUNT")}
 
 
+ONLY = os.environ.get("GPU_PROGRAMS_ONLY", "")  # comma-separated name substrings (a partial re-run)
+
+
 def programs(world_size):
-    """The clean and hazard programs of both corpora for this world size, one GPU per rank, torch >= 2.8."""
+    """The clean and hazard programs of the corpora for this world size, one GPU per rank, torch >= 2.8."""
     out = []
     paths = (glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py")) + glob.glob(PROGRAMS + "2" + os.sep + "q[0-9]*.py")
              + glob.glob(PROGRAMS + "3" + os.sep + "r[0-9]*.py"))
     for p in sorted(paths, key=os.path.basename):
         m = meta(p)
         if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None
-                and m["expected"] in ("clean", "hazard")):
+                and m["expected"] in ("clean", "hazard")
+                and (not ONLY or any(o in m["name"] for o in ONLY.split(",")))):
             out.append(m)
     return out
 

@@ -69,7 +69,10 @@ class ProcessGroup:
         return "nccl"
 
 
-DEFAULT_BACKEND = "cpu:gloo,cuda:nccl"  # what init_process_group() makes when no backend is named
+# init_process_group() with no backend makes only the accelerator's backend (torch's "undefined" backend resolved
+# through the CUDA accelerator: NCCL), so CPU tensors need an explicit "gloo" or "cpu:gloo,cuda:nccl". Measured on
+# torch 2.11 (docs/gpu-programs-2026-11-29.md, r29) and read in torch 2.13's BackendConfig.
+DEFAULT_BACKEND = "nccl"
 
 
 class DistState:

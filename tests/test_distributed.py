@@ -371,9 +371,10 @@ def test_spawn_calling_convention():
 
 
 def test_gloo_collectives_on_cpu_tensors():
-    # init_process_group() without a backend creates gloo for CPU and NCCL for CUDA tensors; "gloo" alone works
-    # on CPU tensors; a CPU tensor on an NCCL-only group is refused ("No backend type associated with device type
-    # cpu"). Gloo collectives on CPU tensors complete on the host before the call returns.
+    # init_process_group("cpu:gloo,cuda:nccl") sends CPU tensors to gloo and CUDA tensors to NCCL; "gloo" alone
+    # works on CPU tensors; a CPU tensor on an NCCL-only group, which is also what init_process_group() with no
+    # backend makes on a CUDA machine (torch's BackendConfig; measured on torch 2.11), is refused ("No backend
+    # type associated with device type cpu"). Gloo collectives on CPU tensors complete before the call returns.
     def prog(backend):
         dist.init_process_group(backend)
         x = torch.ones(4) * (dist.get_rank() + 1)
@@ -387,13 +388,14 @@ def test_gloo_collectives_on_cpu_tensors():
             dist.all_reduce(y)
         return x.tolist(), [p.tolist() for p in parts], y.sum().item(), dist.get_backend()
 
-    for backend, want_y, name in ((None, 6.0, "cpu:gloo,cuda:nccl"), ("gloo", None, "gloo")):
+    for backend, want_y, name in (("cpu:gloo,cuda:nccl", 6.0, "cpu:gloo,cuda:nccl"), ("gloo", None, "gloo")):
         res = simdist.run(prog, world_size=2, args=(backend,))
         for r, (x, parts, y, b) in enumerate(res.returns):
             assert x == [3.0] * 4 and parts == [[0.0, 0.0], [1.0, 1.0]] and b == name
             assert y == (want_y if want_y is not None else 2.0 * (r + 1))
-    with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
-        simdist.run(prog, world_size=2, args=("nccl",))
+    for backend in ("nccl", None):
+        with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
+            simdist.run(prog, world_size=2, args=(backend,))
 
 
 def test_lazy_communicator_setup_orders_first_use_of_groups():
