@@ -1,4 +1,4 @@
-"""Run every probe (q*.py) in a directory under simdist for seeds 0..N-1 and compare with its EXPECTED docstring.
+"""Run every program (p*.py, q*.py, r*.py) in a directory under simdist for seeds 0..N-1 and compare with its EXPECTED docstring.
 
 usage: python tests/programs/run_all.py [--dir tests/programs2] [-j N] [--seeds 5] [--timeout 60] [--details] [name-substring ...]
 
