@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import glob
 import io
 import json
 import os
@@ -27,20 +26,9 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROGRAMS = os.path.join(ROOT, "tests", "programs")
+sys.path.insert(0, ROOT)
+from properties.programs import corpus_paths, parse  # noqa: E402  (the corpora and their docstring fields)
 PASSES = ("reference", "plain", "slow-side", "slow-main")
-
-
-def meta(path):
-    doc = re.search(r'"""(.*?)"""', open(path).read(), re.S).group(1)
-
-    def field(name, default=None):
-        m = re.search(rf"^{name}:\s*(.+)$", doc, re.M)
-        return m.group(1).strip() if m else default
-    return {"name": os.path.basename(path)[:-3], "path": path, "expected": field("EXPECTED", "clean"),
-            "kinds": sorted(k.strip() for k in field("KINDS", "").split(",") if k.strip()),
-            "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL"),
-            "device_count": field("DEVICE_COUNT")}
 
 
 ONLY = os.environ.get("GPU_PROGRAMS_ONLY", "")  # comma-separated name substrings (a partial re-run)
@@ -49,10 +37,8 @@ ONLY = os.environ.get("GPU_PROGRAMS_ONLY", "")  # comma-separated name substring
 def programs(world_size):
     """The clean and hazard programs of the corpora for this world size, one GPU per rank, torch >= 2.8."""
     out = []
-    paths = (glob.glob(os.path.join(PROGRAMS, "p[0-9]*.py")) + glob.glob(PROGRAMS + "2" + os.sep + "q[0-9]*.py")
-             + glob.glob(PROGRAMS + "3" + os.sep + "r[0-9]*.py"))
-    for p in sorted(paths, key=os.path.basename):
-        m = meta(p)
+    for p in corpus_paths():
+        m = parse(p)
         if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None
                 and m["expected"] in ("clean", "hazard")
                 and (not ONLY or any(o in m["name"] for o in ONLY.split(",")))):

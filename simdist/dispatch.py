@@ -14,7 +14,7 @@ from heapq import heappush
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import cost, rng
+from . import rng
 from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
 from .shadow import Rec
 from .errors import SimulationError, UnsupportedOperation
@@ -165,10 +165,6 @@ def _device_error(a, b):
 
 class _Unwrapped:
     __slots__ = ("args", "kwargs", "sims", "key", "dev", "cpu_tensors")
-
-
-_SCALARS = (int, float, bool, complex, type(None), str, torch.dtype, torch.device, torch.memory_format,
-            torch.layout)
 
 
 def _conv(a, sims, key, flags):
@@ -832,12 +828,7 @@ def _to_copy(rs, func, args, kwargs):
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
         # the host gets the tensor at once and must synchronize before reading it
-        out = rs.world.host_reads.pin(_poisoned_host(tuple(src.shape), dtype))
-        si = src._inner
-        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: out.copy_(si), (src,),
-                    (), _nbytes((src,)))
-        rs.world.host_reads.pending(op, out)
-        return out
+        return _d2h_async(rs, src, rs.world.host_reads.pin(_poisoned_host(tuple(src.shape), dtype)))
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
@@ -855,17 +846,32 @@ def _to_copy(rs, func, args, kwargs):
     if kwargs.get("non_blocking") and hr.is_pinned(src):
         # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
-        out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
-        oi = out._inner
-        op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: oi.copy_(src), (), (out,), _nbytes((out,)))
-        hr.pending_source(op, src)
-        return out
+        return _h2d_async(rs, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
     # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
     oi = out._inner
     launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
     return out
+
+
+def _h2d_async(rs, stream, dst, src):
+    """A non_blocking copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write
+    to `src` before the host has waited for it is a race (HostReads.check_writes)."""
+    di = dst._inner
+    op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
+    rs.world.host_reads.pending_source(op, src)
+    return dst
+
+
+def _d2h_async(rs, src, dst):
+    """A non_blocking copy into pinned host memory: the host has `dst` at once and must wait before reading it
+    (HostReads.check)."""
+    si = src._inner
+    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (src,), (),
+                _nbytes((src,)))
+    rs.world.host_reads.pending(op, dst)
+    return dst
 
 
 def _device_copy(rs, src, dst, fn, name):
@@ -902,9 +908,7 @@ def _copy_(rs, func, args, kwargs):
         hr = rs.world.host_reads
         if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
                 and hr.is_pinned(src):
-            op = launch(rs, rs.current_stream(d._dev.index), "copy_h2d_async", "h2d", lambda: di.copy_(src), (),
-                        (d,), _nbytes((d,)))
-            hr.pending_source(op, src)  # the DMA reads the pinned buffer when it runs
+            _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
             return dst
         snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
         launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
@@ -915,11 +919,7 @@ def _copy_(rs, func, args, kwargs):
     # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
     # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
     if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.world.host_reads.is_pinned(dst):
-        si = s._inner
-        op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (s,), (),
-                    _nbytes((s,)))
-        rs.world.host_reads.pending(op, dst)
-        return dst
+        return _d2h_async(rs, s, dst)
     holder = []
     si = s._inner
     op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
@@ -966,13 +966,18 @@ def _inplace_view(rs, func, args, kwargs):
     """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
     x = _sim_of(args[0])
     u = _unwrap(rs, args, kwargs, False)
-    res = _INPLACE_VIEWS[func](*u.args, **u.kwargs)
+    _set_view(x, _INPLACE_VIEWS[func](*u.args, **u.kwargs))
+    return args[0]
+
+
+def _set_view(x, res):
+    """Give simulated tensor x the sizes/strides/offset of `res` (a CPU view of its bytes) in place, keeping the
+    Python object, as torch's in-place metadata ops do."""
     y = SimTensor(res, x._dev, x._alloc)
-    x.data = y  # swap the wrapper's sizes/strides/offset, keeping the Python object (as torch does)
+    x.data = y
     x._inner = res
     x._spec = y._spec
     x._span = None
-    return args[0]
 
 
 for _f in _INPLACE_VIEWS:
@@ -997,12 +1002,7 @@ def _resize(rs, func, args, kwargs):
         raise UnsupportedOperation(f"resize_ of a simulated CUDA tensor to {list(shape)} ({n} elements) grows "
                                    f"it past its allocation ({avail} elements): not modelled by simdist")
     stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
-    res = inner.as_strided(shape, stride, inner.storage_offset())
-    y = SimTensor(res, x._dev, x._alloc)
-    x.data = y
-    x._inner = res
-    x._spec = y._spec
-    x._span = None
+    _set_view(x, inner.as_strided(shape, stride, inner.storage_offset()))
     return args[0]
 
 

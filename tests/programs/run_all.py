@@ -13,7 +13,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -21,23 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+from properties.programs import parse  # noqa: E402  (the docstring fields, shared with the tests and the GPU job)
 
 
 def parse_doc(path):
-    src = open(path).read()
-    m = re.search(r'"""(.*?)"""', src, re.S)
-    doc = m.group(1) if m else ""
-
-    def field(name, default=None):
-        mm = re.search(rf"^{name}:\s*(.+)$", doc, re.M)
-        return mm.group(1).strip() if mm else default
-
-    def kl(name):
-        return sorted(k.strip() for k in field(name, "").split(",") if k.strip())
-    return {"expected": field("EXPECTED", "clean"), "kinds": kl("KINDS"), "kinds_also": kl("KINDS_ALSO"),
-            "errors": [e.strip() for e in field("ERROR", "").split("|") if e.strip()],
-            "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL"),
-            "device_count": field("DEVICE_COUNT")}
+    return parse(path)
 
 
 WORKER = r'''
@@ -75,7 +63,7 @@ def run_probe(path, nseeds, timeout):
     hang = False
     try:
         subprocess.run([sys.executable, "-c", WORKER, path, str(meta["world_size"]), meta["nccl"] or "-",
-                        meta["device_count"] or "-", str(nseeds), out], stdout=subprocess.DEVNULL,
+                        str(meta["device_count"] or "-"), str(nseeds), out], stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE, timeout=timeout * nseeds, cwd=ROOT)
     except subprocess.TimeoutExpired:
         hang = True
