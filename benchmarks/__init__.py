@@ -1,1 +1,1 @@
-"""simdist benchmarks: `python -m benchmarks` prints a table and writes benchmarks/results.json."""
+"""simdist benchmarks: `python -m simdist.benchmarks` prints a table and writes benchmarks/results.json."""

@@ -1,6 +1,6 @@
 """Benchmarks (not timed tests): every figure is a rate or a ratio measured in this one run.
 
-python -m benchmarks [--quick] [--out benchmarks/results.json]
+python -m simdist.benchmarks [--quick] [--out benchmarks/results.json]
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def schedules_per_sec(n=200):
 
 def refit_throughput(n=5):
     """Schedules per second for the fakes' TP=2 refit of a 2-layer model (blockwise FP8 params)."""
-    from properties import hunt
+    from simdist.properties import hunt
     kw = dict(tp=2, pp=1, recipe="blockwise-fp32", fp8_param=True, steps=1)
     simdist.run(hunt.refit_program, world_size=2, seed=0, kwargs=kw)
     t = time.perf_counter()
@@ -130,9 +130,9 @@ def refit_throughput(n=5):
 
 def refit_scaling(world):
     """Wall time and peak RSS of one fakes refit (bf16, TP x PP x DP) at a world size, in a fresh process."""
-    code = ("import time, resource, simdist; from properties import hunt;"
+    code = ("import time, resource, simdist; from simdist.properties import hunt;"
             "tp=min(4, {w}); pp=2 if {w} >= 8 else 1; dp={w}//(tp*pp);"
-            "from fakes import nemo_rl, megatron_core as mc;"
+            "from simdist.fakes import nemo_rl, megatron_core as mc;"
             "cfg=mc.TransformerConfig(hidden_size=512, num_attention_heads=8, num_query_groups=4, kv_channels=128,"
             " ffn_hidden_size=512, num_layers=2, vocab_size=512);"
             "f=lambda: nemo_rl.grpo_refit_loop(cfg, tp=tp, pp=pp, steps=1, compute_metric=False);"
@@ -172,7 +172,7 @@ def xdist(workers):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m simdist.benchmarks", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, skip the xdist comparison")
     ap.add_argument("--out", default="benchmarks/results.json")
     a = ap.parse_args(argv)

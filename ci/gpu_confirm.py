@@ -44,11 +44,14 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from ci.source_tree import use_source_tree  # noqa: E402
+
+use_source_tree()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from properties import scenarios as S  # noqa: E402
+from simdist.properties import scenarios as S  # noqa: E402
 
 STRATEGIES = ("unsynced", "wait_stream", "wait_stream_per_layer", "synchronize", "current_stream")
 STRATEGY_TEXT = {
@@ -347,7 +350,7 @@ def phase_te(args, ev, rank):
                             "quantizers were not compared with TE's on this machine"})
         log("TE cross-check skipped: transformer_engine does not import")
         return
-    from fakes import transformer_engine as fte
+    from simdist.fakes import transformer_engine as fte
     results = []
     g = torch.Generator(device="cpu").manual_seed(7 + rank)
     for pow2 in (True, False):

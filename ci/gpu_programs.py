@@ -1,4 +1,4 @@
-"""Run the program corpora (tests/programs/, tests/programs2/, tests/programs3/) on real GPUs with NCCL and cross-check simdist's verdicts.
+"""Run the program corpus (tests/corpus/) on real GPUs with NCCL and cross-check simdist's verdicts.
 
     NCCL_NVLS_ENABLE=0 python3 ci/gpu_programs.py --sim docs/gpu/programs-sim.json --out report-programs
 
@@ -27,7 +27,10 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from properties.programs import corpus_paths, parse  # noqa: E402  (the corpora and their docstring fields)
+from ci.source_tree import use_source_tree  # noqa: E402
+
+use_source_tree()
+from simdist.properties.programs import corpus_paths, parse  # noqa: E402  (the corpora and their docstring fields)
 PASSES = ("reference", "plain", "slow-side", "slow-main")
 
 
@@ -37,7 +40,7 @@ ONLY = os.environ.get("GPU_PROGRAMS_ONLY", "")  # comma-separated name substring
 def programs(world_size):
     """The clean and hazard programs of the corpora for this world size, one GPU per rank, torch >= 2.8."""
     out = []
-    for p in corpus_paths():
+    for p in corpus_paths(os.path.join(ROOT, "tests", "corpus")):
         m = parse(p)
         if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None
                 and m["expected"] in ("clean", "hazard")

@@ -284,7 +284,7 @@ def is_pipeline_last_stage(ignore_virtual: bool = True, **_k) -> bool:
 
 
 class _ParallelStateNamespace:
-    """``from fakes.megatron_core import parallel_state`` then ``parallel_state.get_..._group()``."""
+    """``from simdist.fakes.megatron_core import parallel_state`` then ``parallel_state.get_..._group()``."""
 
     def __getattr__(self, name):
         g = globals()

@@ -63,7 +63,7 @@ def metric_below(errors, bound=1.05):
 def refit_equals_reference(config, *, tp=1, pp=1, ep=1, steps=2, faults=(), policy=None, seed=0, nccl=None):
     """Every rank's refitted HF weights are bit-identical to the no-parallelism reference at every step, no
     hazard, and token_mult_prob_error is in [1, 1.05). Runs the fakes' GRPO refit loop in a simulated world."""
-    from fakes import nemo_rl
+    from simdist.fakes import nemo_rl
     world = tp * pp * max(1, ep if ep > tp else 1)
     res = simdist.run(nemo_rl.grpo_refit_loop, world_size=world, seed=seed, policy=policy, nccl=nccl,
                       args=(config,), kwargs=dict(tp=tp, pp=pp, ep=ep, steps=steps, faults=frozenset(faults)))

@@ -41,13 +41,13 @@ def reported_damage(c):
 
 
 def candidates():
-    from fakes.megatron_core import FAULTS
+    from simdist.fakes.megatron_core import FAULTS
     return ["faithful"] + sorted(FAULTS)
 
 
 def model_config(recipe, fp8_param, pp=1):
     """The smallest Llama-like shape whose TP=4 shards are still whole 128x128 FP8 tiles."""
-    from fakes.megatron_core import TransformerConfig
+    from simdist.fakes.megatron_core import TransformerConfig
     return TransformerConfig(hidden_size=512, num_attention_heads=8, num_query_groups=4, kv_channels=128,
                              ffn_hidden_size=512, num_layers=max(1, pp), vocab_size=512, fp8_recipe=recipe,
                              fp8_param=fp8_param)
@@ -55,7 +55,7 @@ def model_config(recipe, fp8_param, pp=1):
 
 def refit_program(tp=2, pp=1, recipe="blockwise-fp32", fp8_param=True, faults=(), fixes=(), steps=STEPS):
     """One rank of the GRPO refit loop; returns per-step (mismatched names, NaN metric) records."""
-    from fakes import nemo_rl
+    from simdist.fakes import nemo_rl
     kw = {"fixes": frozenset(fixes)} if fixes else {}
     recs = nemo_rl.grpo_refit_loop(model_config(recipe, fp8_param, pp), tp=tp, pp=pp, steps=steps, seed=0,
                                    faults=frozenset(faults), **kw)
@@ -313,7 +313,7 @@ def _fix_weights(rank, shapes):
     if key not in _FIX_WEIGHTS:
         import torch
 
-        from fakes import transformer_engine as te
+        from simdist.fakes import transformer_engine as te
         q = te.Float8BlockQuantizer(te.TE_DType.kFloat8E4M3, rowwise=True, columnwise=False,
                                     force_pow_2_scales=False)
         out = []
@@ -401,7 +401,7 @@ def main(a):
             pol = f"--policy none --delay-op {key[0]},{key[1]},{key[2]},{ns}"
         else:
             how, pol = "no delay at all (the cost model alone)", "--policy none"
-        replay = (f"simdist run properties.hunt:refit_program --world-size {world} {pol} "
+        replay = (f"simdist run simdist.properties.hunt:refit_program --world-size {world} {pol} "
                   f"--kwargs '{json.dumps(kwargs)}'")
         out["witness"] = {"candidate": best, "config": cfg, "delays": {str(k): v for k, v in delays.items()},
                           "replay": replay, "trace": a.trace, "digest": res.digest,
@@ -421,7 +421,7 @@ def main(a):
               f" under "
               f"{a.fix_schedules} schedules (jitter, PCT, choice): {'clean in all' if bad == 0 else f'{bad} FAILED'}")
     if a.export:
-        from properties.scenarios import export_corpus
+        from simdist.properties.scenarios import export_corpus
         export_corpus(a.export)
         out["corpus"] = a.export
     out["seconds"] = round(time.time() - t0, 1)

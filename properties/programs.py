@@ -1,11 +1,12 @@
-"""The program corpora (tests/programs*/): plain torchrun scripts whose docstrings state their expected verdict.
+"""The program corpus format: plain torchrun scripts whose docstrings state their expected verdict.
 
 Docstring fields, one per line:
     EXPECTED: clean | hazard | error | clean-or-error
     KINDS: hazard kinds that must all be reported       KINDS_ALSO: kinds that may also be reported
     ERROR: exception class name(s), '|'-separated       WORLD_SIZE: n (default 2)
     NCCL: 2.7 | 2.8                                      DEVICE_COUNT: devices per world (simdist.run device_count)
-Used by tests/test_programs.py, tests/programs/run_all.py and ci/gpu_programs.py.
+Used by tests/test_programs.py, tests/corpus/run_all.py and ci/gpu_programs.py, on folders they name (the
+project's own corpus is tests/corpus/<topic>/; a user's folder works the same).
 """
 from __future__ import annotations
 
@@ -13,16 +14,18 @@ import glob
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPORA = (("programs", "p"), ("programs2", "q"), ("programs3", "r"))
 
-
-def corpus_paths():
-    """Every program of the three corpora, in name order (p*, q*, r*)."""
+def corpus_paths(*folders):
+    """Every program under the given folders (recursively), in name order: a program is a .py file whose
+    docstring has an EXPECTED: line."""
     paths = []
-    for folder, prefix in CORPORA:
-        paths += glob.glob(os.path.join(ROOT, "tests", folder, f"{prefix}[0-9]*.py"))
-    return sorted(paths, key=os.path.basename)
+    for folder in folders:
+        for path in glob.glob(os.path.join(folder, "**", "*.py"), recursive=True):
+            with open(path) as f:
+                head = f.read(4096)
+            if re.search(r"^EXPECTED:", head, re.M):
+                paths.append(path)
+    return sorted(set(paths), key=os.path.basename)
 
 
 def parse(path):

@@ -22,7 +22,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "simdist(world_size=1, nccl=None, seed=None): simulated-world defaults")
     prof = config.getoption("--simdist-profile", default=None)
     try:
-        from properties.settings import load_profile
+        from simdist.properties.settings import load_profile
         load_profile(prof)
     except ImportError:
         pass

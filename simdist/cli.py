@@ -4,7 +4,7 @@
   simdist run FILE.py:FN       run a function in a simulated world and print its report (also: module:fn)
   simdist run SCRIPT.py -n 2   run a torchrun-style script as __main__ on every rank (like torchrun
                                --nproc-per-node=2 SCRIPT.py); script arguments go after `--`
-  simdist bench                run the benchmarks (python -m benchmarks)
+  simdist bench                run the benchmarks (python -m simdist.benchmarks)
   simdist scenarios --export   write the scenario corpus for the nightly GPU job
 """
 from __future__ import annotations
@@ -71,18 +71,18 @@ def cmd_run(a):
 
 
 def cmd_bench(a):
-    from benchmarks.__main__ import main
+    from simdist.benchmarks.__main__ import main
     main(a.rest)
     return 0
 
 
 def cmd_hunt(a):
-    from properties.hunt import main
+    from simdist.properties.hunt import main
     return main(a)
 
 
 def cmd_scenarios(a):
-    from properties.scenarios import export_corpus
+    from simdist.properties.scenarios import export_corpus
     export_corpus(a.export)
     print(f"wrote {a.export}")
     return 0

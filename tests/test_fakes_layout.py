@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import simdist
-from fakes import megatron_bridge as mb
-from fakes import megatron_core as mc
+from simdist.fakes import megatron_bridge as mb
+from simdist.fakes import megatron_core as mc
 
 
 def uid(rows, cols, base):

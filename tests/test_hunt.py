@@ -1,7 +1,7 @@
 """The hunt's matrix entries that follow from first principles (the rest is whatever the simulation says)."""
 import pytest
 
-from properties import hunt
+from simdist.properties import hunt
 
 CFG = [dict(tp=tp, pp=pp, recipe=r, fp8_param=f) for tp, pp in ((1, 1), (2, 1), (2, 2)) for r in hunt.RECIPES
        for f in (False, True)]

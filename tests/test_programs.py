@@ -1,15 +1,12 @@
-"""Three corpora of plain torchrun-style programs, each with its expected verdict in its docstring.
+"""The program corpus (tests/corpus/<topic>/): plain torchrun-style programs, each with its expected verdict in
+its docstring, one folder per topic: streams, allocator, host_copies, views, random, devices, training (autograd,
+optimizers, DDP-like hooks), collectives, p2p, errors (programs that must fail with a named error).
 
-tests/programs/ (p*.py): streams, events, the caching allocator, pinned memory, async copies, collectives, P2P
-and subgroups. tests/programs2/ (q*.py): training with autograd and optimizers, DDP-like gradient hooks,
-autocast, several devices per rank, views and aliasing across streams, allocator statistics, and bad programs
-that must fail with a named error. tests/programs3/ (r*.py): NCCL semantics in depth (async lifetimes, barrier,
-collectives into slices, several groups and streams, P2P, uneven and rooted collectives, reduce ops, gloo).
-All three were written as adversarial probe sets by someone who had not read
-simdist's tests; about half of the programs contain one race. Each docstring states EXPECTED (clean | hazard |
+The p*, q* and r* programs were written as three adversarial probe sets by people who had not read simdist's
+tests; about half of them contain one race. A new program goes into the folder of its topic. Each docstring states EXPECTED (clean | hazard |
 error | clean-or-error), KINDS (every one must be reported), KINDS_ALSO (may also be reported), ERROR, and the
 PyTorch rule behind the verdict. Every program runs unmodified through simdist.run_script; clean programs check
-their own numbers. `python tests/programs/run_all.py [--dir tests/programs2] --seeds 10` prints a table.
+their own numbers. `python tests/corpus/run_all.py [--dir tests/corpus/p2p] --seeds 10` prints a table.
 """
 import contextlib
 import io
@@ -18,15 +15,17 @@ import os
 import pytest
 
 import simdist
-from properties.programs import corpus_paths, parse, run_options
+from simdist.properties.programs import corpus_paths, parse, run_options
 
-PROGRAMS = corpus_paths()
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+PROGRAMS = corpus_paths(CORPUS)
 
 
-def test_corpora_are_there():
-    assert len([p for p in PROGRAMS if "/programs/" in p]) >= 60
-    assert len([p for p in PROGRAMS if "/programs2/" in p]) >= 50
-    assert len([p for p in PROGRAMS if "/programs3/" in p]) >= 40
+def test_corpus_is_there():
+    names = [os.path.basename(p) for p in PROGRAMS]
+    assert len([n for n in names if n.startswith("p")]) >= 60
+    assert len([n for n in names if n.startswith("q")]) >= 50
+    assert len([n for n in names if n.startswith("r")]) >= 40
 
 
 @pytest.mark.parametrize("path", PROGRAMS, ids=[os.path.basename(p)[:-3] for p in PROGRAMS])

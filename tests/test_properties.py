@@ -5,7 +5,7 @@ import torch.distributed as dist
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-import properties as P
+import simdist.properties as P
 import simdist
 
 
@@ -140,7 +140,7 @@ def test_pytest_plugin_fixture(simdist_run):
 @given(data=st.data())
 def test_model_shapes_compose_with_the_fakes(data):
     """Drawn shapes are valid Megatron configs at the drawn parallel degrees, and the refit property holds."""
-    from fakes.megatron_core import TransformerConfig
+    from simdist.fakes.megatron_core import TransformerConfig
     tp = data.draw(st.sampled_from([1, 2]))
     shape = data.draw(P.model_shapes(tp=tp, pp=1, ep=1, moe=False))
     recipe = data.draw(st.sampled_from(["bf16", "blockwise-fp32"]))

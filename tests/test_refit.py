@@ -15,8 +15,8 @@ import itertools
 import pytest
 
 import simdist
-from fakes import megatron_core as mc
-from fakes import nemo_rl as nr
+from simdist.fakes import megatron_core as mc
+from simdist.fakes import nemo_rl as nr
 
 DIMS = dict(hidden_size=256, num_attention_heads=4, num_query_groups=2, kv_channels=64, ffn_hidden_size=512,
             vocab_size=256, num_layers=2)
@@ -180,8 +180,8 @@ def test_no_record_stream_at_tp2_follows_the_nccl_profile():
     reuse-after-free in every seed, and the 2xH200 run (torch 2.11) showed wrong weights; with 2.7 semantics
     ProcessGroupNCCL record_streams the input on its NCCL stream, which defers the reuse: clean."""
     import simdist
-    from fakes import megatron_core as mc
-    from fakes import nemo_rl
+    from simdist.fakes import megatron_core as mc
+    from simdist.fakes import nemo_rl
     cfg = mc.TransformerConfig(hidden_size=256, num_attention_heads=4, num_query_groups=2, kv_channels=128,
                                ffn_hidden_size=512, num_layers=2, vocab_size=256, fp8_recipe="blockwise-fp32",
                                fp8_param=True)

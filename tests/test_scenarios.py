@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from properties import scenarios as S
+from simdist.properties import scenarios as S
 
 NAMES = sorted(S.SCENARIOS)
 SMALL = [n for n in NAMES if "async_input" not in n]  # the 32 MiB gathers take ~0.7 s a run

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-import fakes.transformer_engine as te
+import simdist.fakes.transformer_engine as te
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8_MAX = {E4M3: 448.0, E5M2: 57344.0}

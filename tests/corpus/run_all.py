@@ -1,6 +1,6 @@
 """Run every program (p*.py, q*.py, r*.py) in a directory under simdist for seeds 0..N-1 and compare with its EXPECTED docstring.
 
-usage: python tests/programs/run_all.py [--dir tests/programs2] [-j N] [--seeds 5] [--timeout 60] [--details] [name-substring ...]
+usage: python tests/corpus/run_all.py [--dir tests/corpus/p2p] [-j N] [--seeds 5] [--timeout 60] [--details] [name-substring ...]
 
 Docstring fields of each probe:
     EXPECTED: clean | hazard | error | clean-or-error
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
-from properties.programs import parse  # noqa: E402  (the docstring fields, shared with the tests and the GPU job)
+from simdist.properties.programs import corpus_paths, parse  # noqa: E402  (the docstring fields, shared with the tests and the GPU job)
 
 
 def parse_doc(path):
@@ -127,7 +127,7 @@ def main():
     ap.add_argument("--json", help="write raw results here")
     ap.add_argument("only", nargs="*")
     a = ap.parse_args()
-    paths = sorted(p for p in glob.glob(os.path.join(os.path.abspath(a.dir), "[pqr][0-9]*.py"))
+    paths = sorted(p for p in corpus_paths(os.path.abspath(a.dir))
                    if not a.only or any(s in os.path.basename(p) for s in a.only))
     with ThreadPoolExecutor(a.j) as ex:
         results = list(ex.map(lambda p: run_probe(p, a.seeds, a.timeout), paths))
