@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import DeterminismError, HazardError, SimulationError
-from .memory import recycle
-from .patches import Installed
-from .policies import make_policy
-from .tensor import SimTensor
+from .engine.allocator import recycle
+from .engine.context import current_rank
+from .engine.errors import DeterminismError, HazardError, SimulationError
+from .engine.policies import Choice, Jitter, make_policy
+from .faces.patches import Installed, TorchRankHooks
+from .faces.tensor import SimTensor
+from .faces.world import make_world
+from .ranks.threads import ThreadTransport
 from .trace import TraceSource, chrome_trace
-from .world import World
 
 
 def default_nccl_profile():
@@ -125,7 +127,6 @@ def _target_of(fn):
 
 
 def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None, args=()):
-    from .policies import Choice, Jitter
     script = getattr(fn, "_simdist_script", None)
     spawned = getattr(fn, "_simdist_spawn", None)
     target = shlex.quote(script[0]) if script else shlex.quote(_target_of(spawned or fn))
@@ -214,7 +215,6 @@ def spawn(fn, args=(), nprocs=1, **options) -> RunResult:
     For code written for mp.spawn (whose worker takes its rank first and may call
     init_process_group(rank=rank, world_size=nprocs)). Other options are those of `simdist.run`.
     """
-    from .world import current_rank
 
     def per_rank(*a):
         return fn(current_rank().rank, *a)
@@ -276,7 +276,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     if avoid_record_streams is None:
         avoid_record_streams = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "0") == "1"
     pol = make_policy(policy, seed)
-    world = World(world_size, seed, pol, nccl, poison, device_count, avoid_record_streams)
+    world = make_world(world_size, seed, pol, nccl, poison, device_count, avoid_record_streams)
     pol.bind(world)
     for rs in world.ranks:
         rs.env = {"RANK": str(rs.rank), "LOCAL_RANK": str(rs.rank), "WORLD_SIZE": str(world_size),
@@ -290,12 +290,11 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         return fn(*args, **kwargs)
 
     with Installed():  # the returns are copied out before torch's thread settings are restored
+        caller_rng = torch.default_generator.get_state()  # the ranks' generators must not disturb the caller's
         try:
-            world.run_ranks(body)
+            ThreadTransport(world, TorchRankHooks()).run(body)
         finally:
-            for rs in world.ranks:
-                if rs.thread is not None:
-                    rs.thread.join(timeout=60)
+            torch.default_generator.set_state(caller_rng)
         try:
             if world.fatal is not None:
                 err = world.fatal
@@ -305,9 +304,8 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                         if hasattr(err, "add_note"):
                             err.add_note(note)
                 raise err
-            if world.dist is not None:
-                world.dist.check_finished()
-            world.shadow.finish()
+            world.collectives.check_finished()
+            world.detector.finish()
             returns = [_to_host(rs.returned) for rs in world.ranks]
         finally:
             for rs in world.ranks:
@@ -316,7 +314,7 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                 for d in rs.devices.values():
                     d.memory.closed = True
                     recycle(d.memory)
-    hazards = list(world.shadow.order)
+    hazards = list(world.detector.order)
     if hazards:
         by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
         for hz in hazards:

@@ -1,42 +1,6 @@
-"""Errors the simulator raises about the program under test."""
+"""The errors simdist raises about the program under test (defined in simdist/engine/errors.py)."""
+from .engine.errors import (CollectiveMismatch, Deadlock, DeterminismError, HazardError, SimulationError,
+                            UnsupportedOperation)
 
-
-class SimulationError(RuntimeError):
-    """Base of every error simdist raises about the simulated program.
-
-    It subclasses RuntimeError because that is what real torch raises for the
-    same misuse (wrong device, unsupported op), so user code that catches
-    RuntimeError behaves the same inside and outside the simulator.
-    """
-
-
-class UnsupportedOperation(SimulationError):
-    """The program used a torch feature simdist does not model (never silently wrong)."""
-
-
-class CollectiveMismatch(SimulationError):
-    """Ranks issued different collectives at the same point of a process group."""
-
-
-class Deadlock(SimulationError):
-    """Every live rank waits for something no other rank will ever do."""
-
-
-class HazardError(SimulationError):
-    """Raised by RunResult.raise_for_hazards(): the run had unordered conflicting accesses."""
-
-    def __init__(self, hazards):
-        self.hazards = list(hazards)
-        text = "\n\n".join(str(h) for h in self.hazards)
-        super().__init__(f"{len(self.hazards)} hazard(s) found\n\n{text}")
-
-
-class DeterminismError(SimulationError):
-    """check_determinism=True found two runs of the same seed that differ."""
-
-
-class _Abort(BaseException):
-    """Unwinds a parked rank thread when the run is being torn down.
-
-    BaseException so that `except Exception` in user code cannot swallow it.
-    """
+__all__ = ["SimulationError", "UnsupportedOperation", "CollectiveMismatch", "Deadlock", "HazardError",
+           "DeterminismError"]

@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 import simdist
-from simdist import guard
+from simdist.faces import guard
 
 needs_guard = pytest.mark.skipif(not guard.available(), reason=f"autograd unavailable: {guard.reason()}")
 
@@ -255,7 +255,7 @@ _PROBE = textwrap.dedent("""
     import sys, torch
     if sys.argv[1] != "plain":
         import simdist
-        assert simdist.guard.available() == (sys.argv[1] == "simdist"), simdist.guard.reason()
+        assert simdist.faces.guard.available() == (sys.argv[1] == "simdist"), simdist.faces.guard.reason()
     def probe():
         out = []
         for f in (lambda: torch.empty(1, device="cuda"), lambda: torch.Event("cuda"),
@@ -270,7 +270,7 @@ _PROBE = textwrap.dedent("""
     if sys.argv[1] != "plain":
         simdist.run(lambda: torch.ones(2, device="cuda").sum().item())
         print(probe())
-        print(simdist.guard.enabled())
+        print(simdist.faces.guard.enabled())
 """)
 
 
@@ -299,7 +299,7 @@ def test_without_guard_autograd_is_refused():
     refuses autograd on simulated tensors with UnsupportedOperation instead of letting the process abort."""
     code = textwrap.dedent("""
         import torch, simdist
-        assert not simdist.guard.available()
+        assert not simdist.faces.guard.available()
         def fn():
             assert not torch.is_grad_enabled()
             w = torch.ones(2, device="cuda").requires_grad_()

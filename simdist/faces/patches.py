@@ -12,8 +12,18 @@ from collections.abc import MutableMapping
 
 import torch
 
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError, UnsupportedOperation
 from . import guard
-from .world import current_rank
+from . import rules  # noqa: F401  (registers the op rules)
+from .cuda import cuda_patches
+from .dispatch import RankMode
+from .distributed import distributed_patches
+from .rng import SimGenerator
+from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
+
+from .world import DEFAULT_RNG_SEED
+_cpu_gen = torch.default_generator
 
 _lock = threading.Lock()
 _active = None  # the list of (owner, name, original) while a run is installed
@@ -37,7 +47,6 @@ def _wants_cuda(device):
 
 def _tensor_to(self, *args, **kwargs):
     if current_rank() is not None:
-        from .tensor import tensor_to, _parse_to
         device = _parse_to(*args, **kwargs)[0]
         if device is not None and device.type == "cuda":
             return tensor_to(self if guard.available() else self.detach(), *args, **kwargs)  # see guard.py
@@ -46,7 +55,6 @@ def _tensor_to(self, *args, **kwargs):
 
 def _tensor_cuda(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
     if current_rank() is not None:
-        from .tensor import tensor_to
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
         return tensor_to(self if guard.available() else self.detach(), dev, non_blocking=non_blocking,
                          memory_format=memory_format)
@@ -62,7 +70,7 @@ def _pin_memory(self, device=None):
     if rs is not None:
         # a CPU build cannot page-lock: a copy in plain memory that the run remembers as pinned (async H2D
         # copies from it then read it when they run, as the DMA does)
-        hr = rs.world.host_reads
+        hr = rs.world.host_memory
         if hr.is_pinned(self):
             return self
         return hr.pin(self.clone())
@@ -76,7 +84,7 @@ def _tolist(self):
     # Tensor.tolist reads the bytes in C without an aten op: check pending async device-to-host copies here
     rs = current_rank()
     if rs is not None and self.device.type == "cpu":
-        hr = rs.world.host_reads
+        hr = rs.world.host_memory
         if hr.tensors:
             hr.check(rs, "tolist", (self,), {})
     return _orig_tolist(self)
@@ -85,15 +93,13 @@ def _tolist(self):
 def _is_pinned(self, device=None):
     rs = current_rank()
     if rs is not None:
-        return rs.world.host_reads.is_pinned(self)
+        return rs.world.host_memory.is_pinned(self)
     return _orig_is_pinned(self) if device is None else _orig_is_pinned(self, device)
 
 
 def _record_stream(self, stream):
-    from .tensor import SimTensor
     if isinstance(self, SimTensor):
-        from .cuda_api import record_stream
-        return record_stream(self, stream)
+        return self._alloc.record_stream(stream)
     return _orig_record_stream(self, stream)
 
 
@@ -108,7 +114,6 @@ def _factory_from_data(orig):
     def make(data, *args, device=None, **kwargs):
         if current_rank() is not None and (_wants_cuda(device) or (device is None and _default_is_cuda()
                                                                    and not isinstance(data, torch.Tensor))):
-            from .tensor import tensor_to
             if isinstance(device, int):
                 device = torch.device("cuda", device)
             requires_grad = kwargs.pop("requires_grad", False)
@@ -175,7 +180,6 @@ _orig_compat = torch._has_compatible_shallow_copy_type
 
 
 def _nonzero(input, *, out=None, as_tuple=False):
-    from .tensor import SimTensor
     if isinstance(input, SimTensor) and out is None:
         return input.nonzero(as_tuple=as_tuple)
     return _orig_nonzero(input, out=out, as_tuple=as_tuple) if out is not None else _orig_nonzero(
@@ -185,7 +189,6 @@ def _nonzero(input, *, out=None, as_tuple=False):
 def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool:  # dynamo checks this signature
     # nn.Module.cuda()/to() would swap a CPU parameter's data for a CUDA-typed wrapper in place;
     # answering False makes it build a new Parameter around the simulated tensor instead.
-    from .tensor import SimTensor
     if isinstance(input, SimTensor) or isinstance(from_, SimTensor):
         return False
     return _orig_compat(input, from_)
@@ -219,8 +222,6 @@ def _order_backward_after_roots(rs, roots):
     forward work that produced it whichever stream backward() is called on. simdist runs backward on the stream
     current at the call: that stream first waits for the ops that last wrote each root (only those: initial
     gradients written elsewhere without a sync stay a race, as the CUDA notes say)."""
-    from .clocks import full_clock
-    from .tensor import SimTensor
     if isinstance(roots, torch.Tensor):
         roots = (roots,)
     for t in roots:
@@ -233,9 +234,7 @@ def _order_backward_after_roots(rs, roots):
             if r.write and s is not cur and (s not in latest or r.op.seq > latest[s].seq):
                 latest[s] = r.op
         for op in latest.values():
-            if op.vc_full is None:
-                op.vc_full = full_clock(op)
-            cur.wait_marker(rs.host, op)
+            cur.wait_marker(rs.host, op.full())
 
 
 _orig_load = torch.load
@@ -244,7 +243,6 @@ _orig_load = torch.load
 def _torch_load(f, map_location=None, *args, **kwargs):
     # simulated CUDA tensors are pickled as CPU bytes plus their device (SimTensor.__reduce_ex__): their rebuild
     # needs the map_location that torch.load applies to storages
-    from .tensor import _load_map_location
     prev = getattr(_load_map_location, "value", None)
     _load_map_location.value = map_location
     try:
@@ -253,21 +251,14 @@ def _torch_load(f, map_location=None, *args, **kwargs):
         _load_map_location.value = prev
 
 
-def _sim_generator_class():
-    from .rng import SimGenerator
-    return SimGenerator
-
-
 def _patch_list():
-    from .cuda_api import cuda_patches
-    from .distributed import distributed_patches
     items = cuda_patches()
     items += [
         (torch.Tensor, "to", _tensor_to),
         (torch.Tensor, "cuda", _tensor_cuda),
         (torch.Tensor, "record_stream", _record_stream),
         (torch.Tensor, "pin_memory", _pin_memory),
-        (torch, "Generator", _sim_generator_class()),
+        (torch, "Generator", SimGenerator),
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
         (torch, "load", _torch_load),
@@ -298,7 +289,6 @@ def _compile(model=None, **kwargs):
 
 
 def _cuda_graphs_refused(*args, **kwargs):
-    from .errors import UnsupportedOperation
     raise UnsupportedOperation("CUDA graphs (torch.cuda.CUDAGraph / torch.cuda.graph / make_graphed_callables) are "
                                "not modelled by simdist: run the captured region eagerly")
 
@@ -335,7 +325,6 @@ class Installed:
         _warm_lazy_imports()
         with _lock:
             if _active is not None:
-                from .errors import SimulationError
                 raise SimulationError("simdist.run() cannot be nested or run concurrently in one process")
             saved = []
             try:
@@ -383,18 +372,27 @@ def _restore(saved):
             setattr(owner, name, old)
 
 
-def enter_rank(rs):
-    from .dispatch import RankMode
-    # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
-    # loaded (simdist/guard.py); with it, grad mode is on as in any fresh thread, without it off.
-    torch.set_grad_enabled(guard.available())
-    if guard.available():
-        torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
-    rs.mode = RankMode(rs)
-    rs.mode.__enter__()
+class TorchRankHooks:
+    """What each torchrun process has of its own and rank threads of one process share (simdist/ranks/):
+    the CPU random generator (each process starts at c10's default seed), grad mode, the dispatch mode."""
 
+    def enter(self, rs):
+        _cpu_gen.manual_seed(DEFAULT_RNG_SEED)  # a fresh process's CPU generator
+        # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
+        # loaded (simdist/faces/guard.py); with it, grad mode is on as in any fresh thread, without it off.
+        torch.set_grad_enabled(guard.available())
+        if guard.available():
+            torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
+        rs.face = RankMode(rs)
+        rs.face.__enter__()
 
-def exit_rank(rs):
-    if rs.mode is not None:
-        rs.mode.__exit__(None, None, None)
-        rs.mode = None
+    def leave(self, rs):
+        if rs.face is not None:
+            rs.face.__exit__(None, None, None)
+            rs.face = None
+
+    def suspend(self, rs):
+        rs.face.cpu_rng_state = _cpu_gen.get_state()
+
+    def resume(self, rs):
+        _cpu_gen.set_state(rs.face.cpu_rng_state)

@@ -24,10 +24,11 @@ import pickle
 import torch
 import torch.distributed as _dist
 
-from . import clocks, cost
-from .errors import CollectiveMismatch, Deadlock, SimulationError, UnsupportedOperation
-from .timeline import capture_frames, format_frames
-from .world import current_rank
+from ..engine import collectives as engine
+from ..engine.collectives import Group
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError, UnsupportedOperation
+from .tensor import SimTensor
 
 c10d = _dist.distributed_c10d
 
@@ -39,21 +40,13 @@ def _rank():
     return rs
 
 
-class ProcessGroup:
-    """A simulated NCCL process group (one object shared by its member ranks)."""
+class ProcessGroup(Group):
+    """A simulated NCCL process group (one object shared by its member ranks) with torch's ProcessGroup API."""
 
     def __init__(self, gid, ranks, name):
-        self.id = gid
-        self.ranks = list(ranks)
-        self.index = {r: i for i, r in enumerate(self.ranks)}
-        self.name = name
+        super().__init__(gid, ranks, name)
         self.group_name = name
-        self.seq = {}
         self.backend = None  # None: the default group's
-        self.comm_ready = set()  # ranks whose NCCL communicator for this group exists (DistState.ensure_communicator)
-
-    def size(self):
-        return len(self.ranks)
 
     def rank(self):
         rs = current_rank()
@@ -73,247 +66,6 @@ class ProcessGroup:
 # through the CUDA accelerator: NCCL), so CPU tensors need an explicit "gloo" or "cpu:gloo,cuda:nccl". Measured on
 # torch 2.11 (docs/gpu-programs-2026-11-29.md, r29) and read in torch 2.13's BackendConfig.
 DEFAULT_BACKEND = "nccl"
-
-
-class DistState:
-    def __init__(self, world):
-        self.world = world
-        self.world_group = ProcessGroup(0, range(world.world_size), "world")
-        self.groups = {(tuple(range(world.world_size)), -1): self.world_group}
-        self.group_count = {}
-        self.instances = {}
-        self.p2p_count = {}
-        self.n_groups = 1
-        self.initialized = set()
-        self.eager_init = False  # init_process_group(device_id=...): communicators made at once
-        self.comm_arrivals = {}  # group id -> {rank: host time} at its first collective
-
-    # --- groups -----------------------------------------------------------
-    def new_group(self, rs, ranks, desc=None):
-        ranks = sorted(set(ranks)) if ranks is not None else list(range(self.world.world_size))
-        for r in ranks:
-            if not 0 <= r < self.world.world_size:
-                raise ValueError(f"new_group: rank {r} is not in the world of size {self.world.world_size}")
-        k = (rs.rank, tuple(ranks))
-        n = self.group_count.get(k, 0)
-        self.group_count[k] = n + 1
-        key = (tuple(ranks), n)
-        g = self.groups.get(key)
-        if g is None:
-            gid = self.n_groups
-            self.n_groups += 1
-            name = desc or f"pg{gid}"
-            g = self.groups[key] = ProcessGroup(gid, ranks, name)
-        return g
-
-    def resolve(self, group):
-        if group is None or group is c10d.GroupMember.WORLD or group is _WORLD_SENTINEL:
-            return self.world_group
-        if group is c10d.GroupMember.NON_GROUP_MEMBER:
-            raise _NotMember("a collective")
-        if isinstance(group, ProcessGroup):
-            return group
-        raise SimulationError(f"unknown process group {group!r}: pass a group made by torch.distributed.new_group "
-                              "inside the simulated run")
-
-    def member(self, rs, group, what):
-        if group is c10d.GroupMember.NON_GROUP_MEMBER:
-            raise _NotMember(what)
-        g = self.resolve(group)
-        if rs.rank not in g.index:
-            raise _NotMember(what)
-        return g
-
-    # --- communicators -----------------------------------------------------
-    def ensure_communicator(self, rs, g):
-        """ProcessGroupNCCL creates a group's communicator at its first collective (ncclCommInitRank, after a
-        store exchange), blocking the host until every member has arrived there, unless init_process_group got a
-        device_id (then communicators are made eagerly). Ranks that first use two groups in different orders
-        therefore hang on real GPUs; here they wait for each other and the run ends in a Deadlock naming it."""
-        if self.eager_init or rs.rank in g.comm_ready or isinstance(g.id, tuple):
-            return  # (P2P pairs: their set-up inside batched/grouped calls is not modelled)
-        arrived = self.comm_arrivals.setdefault(g.id, {})
-        arrived[rs.rank] = rs.host.clock
-        if len(arrived) < g.size():
-            ready = lambda: max(arrived.values()) if len(arrived) == g.size() else None  # noqa: E731
-            rs.block(ready, ready, f"the NCCL communicator set-up of group {g.name} {g.ranks} (its first collective)")
-        rs.host.clock = max(rs.host.clock, max(arrived.values()))
-        g.comm_ready.add(rs.rank)
-
-    # --- rendezvous -------------------------------------------------------
-    def instance(self, rs, g, kind):
-        n = g.seq.get(rs.rank, 0) + 1
-        g.seq[rs.rank] = n
-        key = (g.id, n)
-        inst = self.instances.get(key)
-        if inst is None:
-            inst = self.instances[key] = (HostRendezvous(self, g, n) if kind == "object" else
-                                          CpuRendezvous(self, g, n) if kind == "cpu" else Collective(self, g, n, kind))
-        return inst
-
-    def on_rank_exit(self, rs):
-        pass
-
-    def pending_summary(self):
-        lines = []
-        for inst in self.instances.values():
-            if not inst.complete:
-                joined = sorted(inst.arrived)
-                missing = [r for r in inst.group.ranks if r not in inst.arrived]
-                first = inst.calls[joined[0]] if joined else None
-                where = ""
-                if first is not None:
-                    uf = format_frames(first[2], "      ")
-                    where = f"\n      issued by rank {joined[0]} at:\n{uf}"
-                if missing:
-                    state = f"joined by ranks {joined}, never by ranks {missing}"
-                else:
-                    state = ("joined by every rank, but some rank's side is queued on its stream behind work that "
-                             "can never start (a cycle of waits between streams or ranks)")
-                lines.append(f"  {first[0] if first else inst.kind} #{inst.seq} on group {inst.group.name}: "
-                             f"{state}{where}")
-        return ("pending collectives:\n" + "\n".join(lines)) if lines else ""
-
-    def check_finished(self):
-        s = self.pending_summary()
-        if s:
-            raise Deadlock("the run ended with collectives some ranks never joined (on GPUs this hangs "
-                           "until the NCCL watchdog fires):\n" + s)
-
-
-class Collective:
-    """One collective instance: every member rank's side of (group, seq)."""
-
-    def __init__(self, state, group, seq, kind):
-        self.state = state
-        self.group = group
-        self.seq = seq
-        self.kind = kind
-        self.token = state.world.tokens.new_token()
-        self.arrived = {}  # rank -> op
-        self.calls = {}  # rank -> (description, signature, frames)
-        self.specs = {}  # rank -> (inputs, outputs, compute-role)
-        self.snaps = {}
-        self.snapped = set()
-        self.started = 0
-        self.complete = False
-        self.end = None
-        self.compute = None
-        self.nbytes = 0
-
-    def register(self, rs, desc, sig, frames):
-        self.calls[rs.rank] = (desc, sig, frames)
-        for r, (d2, s2, f2) in self.calls.items():
-            if r != rs.rank and s2 != sig:
-                raise CollectiveMismatch(
-                    f"ranks issued different collectives as call #{self.seq} on group {self.group.name} "
-                    f"{self.group.ranks}:\n  rank {r}: {d2}\n{format_frames(f2, '      ')}\n"
-                    f"  rank {rs.rank}: {desc}\n{format_frames(frames, '      ')}")
-
-    def arrive(self, rs, op):
-        self.arrived[rs.rank] = op
-        if len(self.arrived) == len(self.group.ranks):
-            full = {}
-            for o in self.arrived.values():
-                full = clocks.join(full, clocks.full_clock(o))
-            self.state.world.tokens.resolved[-self.token] = full
-
-    def participant_started(self, op):
-        self.started += 1
-        if (self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks)
-                and all(o.start is not None for o in self.arrived.values())):
-            self._finish_timing()
-
-    def _finish_timing(self):
-        world = self.state.world
-        ops = [self.arrived[r] for r in self.group.ranks]
-        start = max(o.start for o in ops)
-        # NCCL kernels wait for their peers, so the data moves once the last rank has started:
-        # every input is read at that moment (and every output written at the end)
-        for o in ops:
-            world.push(start, _Snapshot(self, o))
-        base = cost.collective_ns(self.kind, self.nbytes, len(ops))
-        key = (f"{self.group.name}", self.seq)
-        dur = world.policy.collective(key, base)
-        world.schedule_log[key] = dur
-        self.end = start + max(1, dur)
-        for o in ops:
-            o.end = self.end
-        world.push(self.end, self)
-        for o in ops:
-            world.resolved(o)
-
-    def snapshot_taken(self, op):
-        return op.stream.dev.rank in self.snapped
-
-    def take_snapshot(self, op):
-        r = op.stream.dev.rank
-        self.snapped.add(r)
-        ins = self.specs[r][0]
-        self.snaps[r] = [t.clone() for t in ins]
-
-    def execute(self):
-        world = self.state.world
-        self.complete = True
-        order = self.group.ranks
-        results = self.compute([self.snaps.get(r, []) for r in order])
-        for i, r in enumerate(order):
-            op = self.arrived[r]
-            outs = self.specs[r][1]
-            vals = results[i]
-
-            def fn(outs=outs, vals=vals):
-                for o, v in zip(outs, vals):
-                    if v is not None:
-                        o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
-            op.fn = fn
-            world.shadow.execute(op)
-            op.fn = None
-            op.watches = None
-            world.ops_log.append(op)
-        # drop every tensor reference: the instance stays in the table for reports
-        self.snaps = {}
-        self.specs = {}
-        self.compute = None
-
-
-class _Snapshot:
-    __slots__ = ("coll", "op")
-
-    def __init__(self, coll, op):
-        self.coll = coll
-        self.op = op
-
-    def execute(self):
-        self.coll.take_snapshot(self.op)
-
-
-class HostRendezvous:
-    """Object collectives: the host pickles, exchanges through the device and syncs."""
-
-    def __init__(self, state, group, seq):
-        self.state = state
-        self.group = group
-        self.seq = seq
-        self.kind = "object"
-        self.arrived = {}
-        self.calls = {}
-        self.payloads = {}
-        self.clocks = {}
-        self.complete = False
-        self.done_time = None
-        self.vc = {}
-
-    register = Collective.register
-
-    def arrive(self, rs, payload):
-        self.arrived[rs.rank] = rs.host.clock
-        self.payloads[rs.rank] = payload
-        self.vc = clocks.join(self.vc, rs.host.vc)
-        if len(self.arrived) == len(self.group.ranks):
-            nbytes = sum(len(p) for p in self.payloads.values())
-            self.done_time = max(self.arrived.values()) + cost.collective_ns("all_gather", nbytes, len(self.arrived))
-            self.complete = True
 
 
 # --- the collectives ------------------------------------------------------------------
@@ -348,45 +100,6 @@ def _redop_name(op, tensor=None):
     return n
 
 
-def _reduce(vals, opname):
-    if opname.startswith("PREMUL_SUM("):
-        f = float(opname[len("PREMUL_SUM("):-1])
-        acc = vals[0] * f
-        for v in vals[1:]:
-            acc.add_(v * f)
-        return acc.to(vals[0].dtype)
-    acc = vals[0].clone()
-    if opname in ("SUM", "AVG"):
-        for v in vals[1:]:
-            acc.add_(v)
-        if opname == "AVG":
-            if acc.is_floating_point():
-                acc.div_(len(vals))
-            else:
-                acc = torch.div(acc, len(vals), rounding_mode="floor").to(acc.dtype)
-    elif opname == "PRODUCT":
-        for v in vals[1:]:
-            acc.mul_(v)
-    elif opname == "MAX":
-        for v in vals[1:]:
-            acc = torch.maximum(acc, v)
-    elif opname == "MIN":
-        for v in vals[1:]:
-            acc = torch.minimum(acc, v)
-    elif opname == "BAND":
-        for v in vals[1:]:
-            acc.bitwise_and_(v)
-    elif opname == "BOR":
-        for v in vals[1:]:
-            acc.bitwise_or_(v)
-    elif opname == "BXOR":
-        for v in vals[1:]:
-            acc.bitwise_xor_(v)
-    else:
-        raise SimulationError(f"reduce op {opname} is not supported by simdist")
-    return acc
-
-
 def _sig_t(t):
     return (tuple(t.shape), str(t.dtype).replace("torch.", ""))
 
@@ -397,7 +110,6 @@ def _desc(kind, tensors, extra=""):
 
 
 def _check_tensor(rs, t, what):
-    from .tensor import SimTensor
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what}: expected a tensor, got {type(t).__name__}")
     if not isinstance(t, SimTensor):
@@ -479,61 +191,30 @@ class _Future:
 
 def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None,
                        nbytes=None, stream_key=None):
-    from .dispatch import launch
-    from .cuda_api import record_stream
-    from .tensor import SimTensor
+    """Dispatch one collective call: gloo semantics for CPU tensors, NCCL's (simdist/engine/collectives.py)
+    for device tensors; returns the Work for async_op=True, else None."""
     world = rs.world
-    state = world.dist
     tensors = list(inputs) + list(outputs)
+    reads = reads if reads is not None else inputs
+    nb = nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs)
     n_cpu = sum(1 for t in tensors if not isinstance(t, SimTensor))
     if n_cpu:
         if n_cpu != len(tensors):
             raise ValueError(f"{kind}: CPU and CUDA tensors mixed in one collective")
-        backend = _backend_of(state, g)
+        backend = _backend_of(g)
         if "gloo" not in backend:
             raise RuntimeError(f"No backend type associated with device type cpu (group {g.name} has backend "
                                f"'{backend}'; a CPU tensor needs gloo, e.g. init_process_group('cpu:gloo,cuda:nccl'))")
-        return _host_collective(rs, g, kind, desc, sig, reads if reads is not None else inputs, outputs, compute,
-                                nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs),
-                                async_op)
-    state.ensure_communicator(rs, g)
-    inst = state.instance(rs, g, kind)
-    frames = capture_frames()
-    if not isinstance(inst, Collective) or inst.kind != kind:
-        _mismatch(inst, g, rs, desc, frames)
-    inst.register(rs, desc, sig, frames)
-    inst.compute = compute
-    # CPU views only: holding the SimTensors would keep their blocks alive longer than NCCL does (on 2.8 a
-    # synchronous collective neither records nor stashes its tensors, so a freed input can be reused at once)
-    inst.specs[rs.rank] = ([t._inner for t in (reads if reads is not None else inputs)],
-                           [t._inner for t in outputs])
-    nb = nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs)
-    inst.nbytes = max(inst.nbytes, nb)
-    devs = {o._dev.index for o in list(inputs) + list(outputs)}
-    dev = rs.device(next(iter(devs))) if devs else rs.device()
-    for r, o in inst.arrived.items():
-        if o.stream.dev.index == dev.index and world.device_count > 1 and world.world_size > 1 and r != rs.rank:
-            raise SimulationError(f"NCCL error: Duplicate GPU detected: rank {rs.rank} and rank {r} both on "
-                                  f"CUDA device {dev.index} (call torch.cuda.set_device(local_rank) first)")
+        engine.host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nb)
+        return Work(rs, None, None, list(outputs)) if async_op else None
+    op, stream, cur, on_side = engine.launch_collective(
+        rs, g, kind, desc, sig, reads, writes if writes is not None else outputs, compute, async_op, nb, stream_key)
     host = rs.host
-    cur = rs.current_stream(dev.index)
-    on_side = world.nccl_profile == "2.7" or async_op
-    if on_side:
-        stream = dev.nccl_stream(stream_key or g.name)
-        stream.wait_marker(host, cur.record_marker(host))
-    else:
-        stream = cur
-    op = launch(rs, stream, f"nccl:{kind}", "collective", None, reads if reads is not None else inputs,
-                writes if writes is not None else outputs, 0, coll=inst)
-    op.frames = frames
-    stream.vc = dict(stream.vc)
-    stream.vc[inst.token] = 1
     stash = None
     if on_side:
-        tensors = list(inputs) + list(outputs)
         if world.nccl_profile == "2.7" and not world.avoid_record_streams:
             for t in tensors:
-                record_stream(t, stream)
+                t._alloc.record_stream(stream)
         else:
             stash = tensors
     marker = stream.record_marker(host) if on_side else None
@@ -546,43 +227,26 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
     return None
 
 
-class CpuRendezvous(HostRendezvous):
-    """A gloo collective on CPU tensors: synchronous on the host. Every rank's inputs are read when the last
-    rank arrives and each rank's outputs are written before its call returns."""
-
-    def __init__(self, state, group, seq):
-        super().__init__(state, group, seq)
-        self.kind = "cpu"
-        self.results = None
-
-
-def _host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nbytes, async_op):
-    state = rs.world.dist
-    frames = capture_frames()
-    inst = state.instance(rs, g, "cpu")
-    if not isinstance(inst, CpuRendezvous):
-        _mismatch(inst, g, rs, desc, frames)
-    inst.register(rs, desc, sig, frames)
-    inst.arrive(rs, [t.detach().clone() for t in reads])
-    if inst.complete and inst.results is None:
-        inst.results = compute([inst.payloads[r] for r in g.ranks])
-        inst.done_time = max(inst.arrived.values()) + cost.collective_ns(kind, nbytes, len(g.ranks))
-    if not inst.complete:
-        rs.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, f"{kind} (gloo)")
-    rs.host.clock = max(rs.host.clock, inst.done_time)
-    rs.host.join_clock(inst.vc)
-    for o, v in zip(outputs, inst.results[g.index[rs.rank]]):
-        if v is not None:
-            o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
-    return Work(rs, None, None, list(outputs)) if async_op else None
+def _resolve(group):
+    rs = _rank()
+    table = rs.world.collectives
+    if group is None or group is c10d.GroupMember.WORLD or group is _WORLD_SENTINEL:
+        return table.world_group
+    if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        raise _NotMember("a collective")
+    if isinstance(group, ProcessGroup):
+        return group
+    raise SimulationError(f"unknown process group {group!r}: pass a group made by torch.distributed.new_group "
+                          "inside the simulated run")
 
 
-def _mismatch(inst, g, rs, desc, frames):
-    lines = [f"ranks issued different collectives as call #{inst.seq} on group {g.name} {g.ranks}:"]
-    for r, (d2, _s, f2) in sorted(inst.calls.items()):
-        lines.append(f"  rank {r}: {d2}\n{format_frames(f2, '      ')}")
-    lines.append(f"  rank {rs.rank}: {desc}\n{format_frames(frames, '      ')}")
-    raise CollectiveMismatch("\n".join(lines))
+def _member(rs, group, what):
+    if group is c10d.GroupMember.NON_GROUP_MEMBER:
+        raise _NotMember(what)
+    g = _resolve(group)
+    if rs.rank not in g.index:
+        raise _NotMember(what)
+    return g
 
 
 class _NotMember(Exception):
@@ -609,17 +273,17 @@ def _skip_if_not_member(fn):
 @_skip_if_not_member
 def all_reduce(tensor, op=None, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "all_reduce")
+    g = _member(rs, group, "all_reduce")
     t = _check_tensor(rs, tensor, "all_reduce")
     name = _redop_name(op, t)
     return _launch_collective(rs, g, "all_reduce", _desc("all_reduce", [t], name), ("all_reduce", _sig_t(t), name),
-                              [t], [t], lambda vals: [[_reduce([v[0] for v in vals], name)]] * len(vals), async_op)
+                              [t], [t], lambda vals: [[engine.reduce_values([v[0] for v in vals], name)]] * len(vals), async_op)
 
 
 @_skip_if_not_member
 def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "broadcast")
+    g = _member(rs, group, "broadcast")
     t = _check_tensor(rs, tensor, "broadcast")
     root = _root(g, src, group_src)
     if root not in g.index:
@@ -636,21 +300,21 @@ def broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
 @_skip_if_not_member
 def reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "reduce")
+    g = _member(rs, group, "reduce")
     t = _check_tensor(rs, tensor, "reduce")
     root = _root(g, dst, group_dst)
     i = g.index[root]
     name = _redop_name(op, t)
     return _launch_collective(
         rs, g, "reduce", _desc("reduce", [t], f"dst={root}, {name}"), ("reduce", _sig_t(t), root, name), [t], [t],
-        lambda vals: [[_reduce([v[0] for v in vals], name)] if j == i else [None] for j in range(len(vals))],
+        lambda vals: [[engine.reduce_values([v[0] for v in vals], name)] if j == i else [None] for j in range(len(vals))],
         async_op, writes=[t] if rs.rank == root else [])
 
 
 @_skip_if_not_member
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "all_gather_into_tensor")
+    g = _member(rs, group, "all_gather_into_tensor")
     o = _check_tensor(rs, output_tensor, "all_gather_into_tensor")
     i = _check_tensor(rs, input_tensor, "all_gather_into_tensor")
     n = g.size()
@@ -666,7 +330,7 @@ def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=Fal
 @_skip_if_not_member
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "all_gather")
+    g = _member(rs, group, "all_gather")
     t = _check_tensor(rs, tensor, "all_gather")
     outs = [_check_tensor(rs, x, "all_gather") for x in tensor_list]
     n = g.size()
@@ -689,7 +353,7 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
 @_skip_if_not_member
 def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "reduce_scatter_tensor")
+    g = _member(rs, group, "reduce_scatter_tensor")
     o = _check_tensor(rs, output, "reduce_scatter_tensor")
     i = _check_tensor(rs, input, "reduce_scatter_tensor")
     n = g.size()
@@ -699,7 +363,7 @@ def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
 
     def compute(vals):
         flat = [v[0].reshape(n, -1) for v in vals]
-        return [[_reduce([f[j] for f in flat], name)] for j in range(n)]
+        return [[engine.reduce_values([f[j] for f in flat], name)] for j in range(n)]
     return _launch_collective(rs, g, "reduce_scatter", _desc("reduce_scatter_tensor", [o, i], name),
                               ("reduce_scatter_tensor", _sig_t(i), name), [i], [o], compute, async_op,
                               nbytes=i.numel() * i.element_size())
@@ -708,7 +372,7 @@ def reduce_scatter_tensor(output, input, op=None, group=None, async_op=False):
 @_skip_if_not_member
 def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "reduce_scatter")
+    g = _member(rs, group, "reduce_scatter")
     o = _check_tensor(rs, output, "reduce_scatter")
     ins = [_check_tensor(rs, x, "reduce_scatter") for x in input_list]
     n = g.size()
@@ -721,18 +385,18 @@ def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
     return _launch_collective(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
         rs, g, "reduce_scatter", _desc("reduce_scatter", [o], name),
         ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
-        lambda vals: [[_reduce([v[j] for v in vals], name)] for j in range(n)], async_op)
+        lambda vals: [[engine.reduce_values([v[j] for v in vals], name)] for j in range(n)], async_op)
 
 
 @_skip_if_not_member
 def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "all_to_all_single")
+    g = _member(rs, group, "all_to_all_single")
     o = _check_tensor(rs, output, "all_to_all_single")
     i = _check_tensor(rs, input, "all_to_all_single")
     n = g.size()
     me = g.index[rs.rank]
-    splits = rs.world.dist.__dict__.setdefault("_a2a_splits", {})
+    splits = rs.world.collectives.splits
     key = (g.id, g.seq.get(rs.rank, 0) + 1)
     if input_split_sizes is None:
         if i.shape[0] % n:
@@ -760,7 +424,7 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
 @_skip_if_not_member
 def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "all_to_all")
+    g = _member(rs, group, "all_to_all")
     outs = [_check_tensor(rs, x, "all_to_all") for x in output_tensor_list]
     ins = [_check_tensor(rs, x, "all_to_all") for x in input_tensor_list]
     n = g.size()
@@ -771,7 +435,7 @@ def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False
 @_skip_if_not_member
 def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "gather")
+    g = _member(rs, group, "gather")
     t = _check_tensor(rs, tensor, "gather")
     root = _root(g, dst, group_dst)
     i = g.index[root]
@@ -787,7 +451,7 @@ def gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group
 @_skip_if_not_member
 def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "scatter")
+    g = _member(rs, group, "scatter")
     t = _check_tensor(rs, tensor, "scatter")
     root = _root(g, src, group_src)
     i = g.index[root]
@@ -803,13 +467,13 @@ def scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, gro
 @_skip_if_not_member
 def barrier(group=None, async_op=False, device_ids=None):
     rs = _rank()
-    g = rs.world.dist.member(rs, group, "barrier")
+    g = _member(rs, group, "barrier")
     from .dispatch import allocate
     dev = rs.device()
     buf = allocate(dev, rs.current_stream(), (1,), (1,), torch.float32)
     buf._inner.fill_(0)
     w = _launch_collective(rs, g, "all_reduce", "barrier()", ("barrier",), [buf], [buf],
-                           lambda vals: [[_reduce([v[0] for v in vals], "SUM")]] * len(vals), True)
+                           lambda vals: [[engine.reduce_values([v[0] for v in vals], "SUM")]] * len(vals), True)
     w._host_blocking = True
     if async_op:
         return w
@@ -822,23 +486,14 @@ monitored_barrier = barrier
 
 # --- point to point ---------------------------------------------------------------------
 def _p2p(rs, tensor, peer, is_send, group, async_op, batched=False):
-    state = rs.world.dist
-    g = state.member(rs, group, "send" if is_send else "recv")
+    g = _member(rs, group, "send" if is_send else "recv")
     t = _check_tensor(rs, tensor, "send" if is_send else "recv")
     if peer is None or peer not in g.index:
         raise ValueError(f"{'send' if is_send else 'recv'}: peer {peer} is not in group {g.name}")
     if peer == rs.rank:
         raise ValueError(f"rank {rs.rank} cannot send to or receive from itself")
     src, dst = (rs.rank, peer) if is_send else (peer, rs.rank)
-    ck = (g.id, src, dst)
-    side = 0 if is_send else 1
-    cnt = state.p2p_count.get((ck, side), 0) + 1
-    state.p2p_count[(ck, side)] = cnt
-    pg = state.__dict__.setdefault("_p2p_groups", {})
-    pair = pg.get((g.id, src, dst))
-    if pair is None:
-        pair = pg[(g.id, src, dst)] = ProcessGroup(("p2p", g.id, src, dst), sorted((src, dst)), f"p2p:{src}->{dst}")
-    pair.seq[rs.rank] = cnt - 1
+    pair = rs.world.collectives.p2p_pair(g, src, dst, rs, is_send)
     desc = f"{'send' if is_send else 'recv'}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={peer})"
     sig = ("p2p", _sig_t(t))
     si = pair.index[src]
@@ -891,20 +546,8 @@ class P2POp:
 # --- object collectives -------------------------------------------------------------------
 def _object_exchange(what, group, payload):
     rs = _rank()
-    state = rs.world.dist
-    g = state.member(rs, group, what)
-    cur = rs.current_stream()
-    rs.wait_op(cur.record_marker(rs.host), what)  # objects travel as device tensors, read back by the host
-    inst = state.instance(rs, g, "object")
-    if not isinstance(inst, HostRendezvous):
-        _mismatch(inst, g, rs, what, capture_frames())
-    inst.register(rs, what, (what,), capture_frames())
-    inst.arrive(rs, payload)
-    if not inst.complete:
-        rs.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, what)
-    rs.host.clock = max(rs.host.clock, inst.done_time)
-    rs.host.join_clock(inst.vc)
-    return g, inst
+    g = _member(rs, group, what)
+    return g, engine.host_exchange(rs, g, what, payload)
 
 
 def all_gather_object(object_list, obj, group=None):
@@ -915,7 +558,7 @@ def all_gather_object(object_list, obj, group=None):
 
 def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
     rs = _rank()
-    g0 = rs.world.dist.resolve(group)
+    g0 = _resolve(group)
     root = _root(g0, src, group_src)
     g, inst = _object_exchange("broadcast_object_list", group, pickle.dumps(list(object_list)))
     vals = pickle.loads(inst.payloads[root])
@@ -935,7 +578,7 @@ def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=
 def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None, group=None,
                         group_src=None):
     rs = _rank()
-    g0 = rs.world.dist.resolve(group)
+    g0 = _resolve(group)
     root = _root(g0, src, group_src)
     g, inst = _object_exchange("scatter_object_list", group,
                                pickle.dumps(list(scatter_object_input_list or [])))
@@ -954,11 +597,10 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if rank not in (-1, None) and rank != rs.rank:
         raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {rs.rank}")
     if device_id is not None:
-        from .cuda_api import set_device
+        from .cuda import set_device
         set_device(device_id)
-        w.dist.eager_init = True
-    w.dist.initialized.add(rs.rank)
-    w.dist.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
+        w.collectives.eager_init = True
+    w.collectives.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
 
 
 def is_initialized():
@@ -975,18 +617,18 @@ def is_nccl_available():
 
 def get_backend(group=None):
     rs = _rank()
-    return _backend_of(rs.world.dist, rs.world.dist.resolve(group))
+    return _backend_of(_resolve(group))
 
 
-def _backend_of(state, g):
-    return g.backend or state.world_group.backend or DEFAULT_BACKEND
+def _backend_of(g):
+    return g.backend or _rank().world.collectives.world_group.backend or DEFAULT_BACKEND
 
 
 def get_rank(group=None):
     rs = _rank()
     if group is c10d.GroupMember.NON_GROUP_MEMBER:
         return -1
-    g = rs.world.dist.resolve(group)
+    g = _resolve(group)
     return g.index.get(rs.rank, -1)
 
 
@@ -994,14 +636,14 @@ def get_world_size(group=None):
     rs = _rank()
     if group is c10d.GroupMember.NON_GROUP_MEMBER:
         return -1
-    g = rs.world.dist.resolve(group)
+    g = _resolve(group)
     return g.size() if rs.rank in g.index else -1
 
 
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
               group_desc=None, device_id=None):
     rs = _rank()
-    g = rs.world.dist.new_group(rs, ranks, group_desc)
+    g = rs.world.collectives.new_group(rs, ranks, group_desc)
     if backend is not None and g.backend is None:
         g.backend = str(backend).lower()
     # torch.distributed hands non-members GroupMember.NON_GROUP_MEMBER (collectives on it are no-ops)
@@ -1017,7 +659,7 @@ def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_op
     subgroups, cur = [], None
     for start in range(0, n, group_size):
         ranks = list(range(start, start + group_size))
-        g = rs.world.dist.new_group(rs, ranks, group_desc)
+        g = rs.world.collectives.new_group(rs, ranks, group_desc)
         subgroups.append(g)
         if rs.rank in ranks:
             cur = g
@@ -1029,7 +671,7 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=
     rs = _rank()
     subgroups, cur = [], None
     for ranks in ranks_per_subgroup_list:
-        g = rs.world.dist.new_group(rs, ranks, group_desc)
+        g = rs.world.collectives.new_group(rs, ranks, group_desc)
         subgroups.append(g)
         if rs.rank in g.index:
             cur = g
@@ -1037,36 +679,34 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=
 
 
 def get_global_rank(group, group_rank):
-    g = _rank().world.dist.resolve(group)
+    g = _resolve(group)
     return g.ranks[group_rank]
 
 
 def get_group_rank(group, global_rank):
-    g = _rank().world.dist.resolve(group)
+    g = _resolve(group)
     if global_rank not in g.index:
         raise ValueError(f"rank {global_rank} is not part of group {g.name}")
     return g.index[global_rank]
 
 
 def get_process_group_ranks(group):
-    return list(_rank().world.dist.resolve(group).ranks)
+    return list(_resolve(group).ranks)
 
 
 def destroy_process_group(group=None):
-    rs = current_rank()
-    if rs is not None:
-        rs.world.dist.initialized.discard(rs.rank)
+    return None
 
 
 def _get_default_group():
-    return _rank().world.dist.world_group
+    return _rank().world.collectives.world_group
 
 
 class _GroupNS:
     @property
     def WORLD(self):
         rs = current_rank()
-        return rs.world.dist.world_group if rs is not None else None
+        return rs.world.collectives.world_group if rs is not None else None
 
 
 _orig = {}

@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError, UnsupportedOperation
 from . import guard
-from .errors import SimulationError
+
+_router = None  # dispatch_outside of simdist/faces/dispatch.py: where ops on simulated tensors go
+
+
+def set_router(fn):
+    global _router
+    _router = fn
 
 _aten = torch.ops.aten
 
@@ -40,8 +48,7 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .dispatch import dispatch_outside
-        return dispatch_outside(func, types, args, kwargs or {})
+        return _router(func, types, args, kwargs or {})
 
     def requires_grad_(self, requires_grad=True):
         # Autograd on a CUDA-typed tensor needs a CUDA device guard, which a CPU build aborts on (a hard
@@ -54,7 +61,6 @@ class SimTensor(torch.Tensor):
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         if guard.available():
             return torch.Tensor.backward(self, gradient, retain_graph, create_graph, inputs)
-        from .errors import UnsupportedOperation
         raise UnsupportedOperation("autograd (backward) on simulated CUDA tensors is not supported by simdist "
                                    f"here ({guard.reason()}); compute gradients explicitly or run the step "
                                    "outside the simulation")
@@ -158,8 +164,8 @@ class SimTensor(torch.Tensor):
                               "use data_ptr() / views instead")
 
     def record_stream(self, stream):
-        from .cuda_api import record_stream
-        record_stream(self, stream)
+        # Tensor.record_stream's binding converts its argument to a c10::Stream, which a simulated stream is not
+        self._alloc.record_stream(stream)
 
     def is_pinned(self):
         return False
@@ -206,8 +212,7 @@ class HostProxy(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .dispatch import dispatch_outside
-        return dispatch_outside(func, types, args, kwargs or {})
+        return _router(func, types, args, kwargs or {})
 
 
 def _proxy_index(idx):
@@ -236,7 +241,6 @@ def tensor_to(t, *args, **kwargs):
     cur_dev = t.device
     tgt_dev = device if device is not None else cur_dev
     if tgt_dev.type == "cuda" and tgt_dev.index is None:
-        from .world import current_rank
         rs = current_rank()
         tgt_dev = torch.device("cuda", rs.current_device if rs is not None else 0)
     tgt_dtype = dtype if dtype is not None else t.dtype
@@ -263,7 +267,6 @@ _load_map_location = __import__("threading").local()
 def _rebuild_on_device(cpu, device, requires_grad=False):
     """Unpickle a simulated CUDA tensor: on its device inside a run (honouring torch.load's map_location, which
     simdist.patches records), on the CPU outside one (a CPU build has no CUDA device to put it on)."""
-    from .world import current_rank
     loc = getattr(_load_map_location, "value", None)
     if callable(loc):
         return loc(cpu, device) if not isinstance(loc, (str, torch.device)) else cpu

@@ -1,4 +1,5 @@
-"""Backing memory and a caching allocator with PyTorch's rules.
+"""Backing memory and a caching allocator with PyTorch's rules. The bytes live in CPU uint8 tensors (torch is
+used here as a byte store only).
 
 Rules mirrored from c10/cuda/CUDACachingAllocator.cpp:
 - sizes round up to 512 bytes; requests <= 1 MiB come from the small pool
@@ -116,7 +117,7 @@ class Allocation:
         self.nbytes = nbytes
         self.stream = stream
         self.uses = None  # streams from record_stream
-        self.records = []  # shadow access records (simdist.hb)
+        self.records = []  # the detector's access records of these bytes (simdist/engine/detector.py)
         self.id = aid
 
     def __del__(self):
@@ -124,6 +125,15 @@ class Allocation:
             self.allocator.free(self)
         except Exception:  # interpreter shutdown or run already torn down
             pass
+
+    def record_stream(self, stream):
+        """Tensor.record_stream: the block's reuse waits for the work queued on `stream` when it is freed."""
+        if stream is self.stream:
+            return
+        if self.uses is None:
+            self.uses = [stream]
+        elif stream not in self.uses:
+            self.uses.append(stream)
 
 
 class DeviceMemory:
@@ -201,7 +211,7 @@ class DeviceMemory:
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
         self.next_alloc_id += 1
         alloc = Allocation(self, block, nbytes, stream, self.next_alloc_id)
-        self.world.shadow.on_malloc(alloc)
+        self.world.detector.on_malloc(alloc)
         return alloc
 
     def free(self, alloc):
@@ -237,7 +247,7 @@ class DeviceMemory:
     def _release(self, alloc):
         block = alloc.block
         alloc.block = None
-        self.world.shadow.on_free(alloc, block)
+        self.world.detector.on_free(alloc, block)
         block.allocated = False
         block.segment.live -= 1
         for nb in (block.prev, block.next):
@@ -269,12 +279,3 @@ class DeviceMemory:
                 else:
                     keep.append(entry)
             self.pools[key] = keep
-
-    def view(self, alloc, size, stride, dtype, storage_offset_elems=0):
-        """A CPU tensor viewing the allocation's bytes as `dtype`."""
-        block = alloc.block
-        seg = block.segment
-        typed = seg.typed.get(dtype)
-        if typed is None:
-            typed = seg.typed[dtype] = seg.data.view(dtype)
-        return typed.as_strided(size, stride, block.offset // dtype.itemsize + storage_offset_elems)

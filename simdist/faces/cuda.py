@@ -16,24 +16,54 @@ from types import SimpleNamespace
 
 import torch
 
-from . import cost
-from .errors import SimulationError
-from . import world as _world
-
-_orig_Event = None
+from ..engine import cost
+from ..engine import streams as engine_streams
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError
+from ..engine.launch import launch
 
 
 def _rank():
-    rs = _world.current_rank()
+    rs = current_rank()
     if rs is None:
         raise SimulationError("torch.cuda was used outside a simulated rank")
     return rs
 
 
-class CudaStreamAPI:
-    """The torch.cuda.Stream methods, mixed into simdist.world.Stream."""
+def device_index(device, rs):
+    """Index of a device argument as torch.cuda accepts it (None, int, str, torch.device)."""
+    if device is None:
+        return rs.current_device
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    idx = getattr(device, "index", None)
+    if getattr(device, "type", "cuda") != "cuda":
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+    return rs.current_device if idx is None else idx
+
+
+class Stream(engine_streams.Stream):
+    """torch.cuda.Stream in a simulated rank: the engine's stream (simdist/engine/streams.py) with torch's API.
+
+    `torch.cuda.Stream` is this class while a run is active; constructing it makes a new stream on the calling
+    rank's device.
+    """
 
     __slots__ = ()
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        rs = current_rank()
+        if rs is None:
+            raise SimulationError("torch.cuda.Stream() was created outside a simulated rank")
+        return rs.device(device_index(device, rs)).new_stream(priority)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __repr__(self):
+        return f"<torch.cuda.Stream device={self.dev.torch_device} cuda_stream={self.id} ({self.name}) [simdist]>"
 
     @property
     def device(self):
@@ -73,7 +103,7 @@ class CudaStreamAPI:
         if t is None:
             return True
         if t.end is not None and t.end <= rs.host.clock:
-            rs.host.join_op(_full(t))
+            rs.host.join_op(t.full())
             return True
         rs.poll_pending(t, "Stream.query()")
         return False
@@ -83,7 +113,7 @@ class CudaStreamAPI:
         rs.wait_op(self.record_marker(rs.host), "Stream.synchronize()")
 
     def __eq__(self, other):
-        return isinstance(other, CudaStreamAPI) and other.id == self.id
+        return isinstance(other, engine_streams.Stream) and other.id == self.id
 
     def __hash__(self):
         return hash(("simdist-stream", self.id))
@@ -91,28 +121,19 @@ class CudaStreamAPI:
     def __enter__(self):
         rs = _rank()
         prev = rs.current_streams.get(self.dev.index)
-        rs._stream_ctx = getattr(rs, "_stream_ctx", [])
-        rs._stream_ctx.append((self.dev.index, prev, rs.current_device))
+        rs.stream_contexts.append((self.dev.index, prev, rs.current_device))
         rs.current_streams[self.dev.index] = self
         rs.current_device = self.dev.index
 
     def __exit__(self, *exc):
         rs = _rank()
-        idx, prev, dev = rs._stream_ctx.pop()
+        idx, prev, dev = rs.stream_contexts.pop()
         if prev is None:
             rs.current_streams.pop(idx, None)
         else:
             rs.current_streams[idx] = prev
         rs.current_device = dev
         return False
-
-
-def _full(op):
-    """A marker carries its clock; a kernel's is derived."""
-    if op.vc_full is None:
-        from .clocks import full_clock
-        op.vc_full = full_clock(op)
-    return op
 
 
 class Event:
@@ -173,17 +194,6 @@ class Event:
         return f"<torch.cuda.Event {'recorded' if self.marker is not None else 'uninitialized'} [simdist]>"
 
 
-def record_stream(t, stream):
-    """Tensor.record_stream: the block's reuse waits for work queued on `stream` at free time."""
-    alloc = t._alloc
-    if stream is alloc.stream:
-        return
-    if alloc.uses is None:
-        alloc.uses = [stream]
-    elif stream not in alloc.uses:
-        alloc.uses.append(stream)
-
-
 # --- module-level functions ---------------------------------------------------------
 def is_available():
     return True
@@ -199,7 +209,7 @@ def current_device():
 
 def set_device(device):
     rs = _rank()
-    idx = _world.device_index(device, rs)
+    idx = device_index(device, rs)
     if idx >= 0:
         rs.device(idx)
         rs.current_device = idx
@@ -210,7 +220,7 @@ class device:
 
     def __init__(self, device):
         rs = _rank()
-        self.idx = _world.device_index(device, rs) if device is not None else -1
+        self.idx = device_index(device, rs) if device is not None else -1
         self.prev = None
 
     def __enter__(self):
@@ -232,12 +242,12 @@ class device_of(device):
 
 def current_stream(device=None):
     rs = _rank()
-    return rs.current_stream(_world.device_index(device, rs))
+    return rs.current_stream(device_index(device, rs))
 
 
 def default_stream(device=None):
     rs = _rank()
-    return rs.device(_world.device_index(device, rs)).default_stream
+    return rs.device(device_index(device, rs)).default_stream
 
 
 def set_stream(stream):
@@ -272,14 +282,13 @@ def stream(stream):
 
 def synchronize(device=None):
     rs = _rank()
-    dev = rs.device(_world.device_index(device, rs))
+    dev = rs.device(device_index(device, rs))
     markers = [s.record_marker(rs.host) for s in rs.world.streams if s.dev is dev and s.tail is not None]
     for m in markers:
         rs.wait_op(m, "torch.cuda.synchronize()")
 
 
 def _sleep(cycles):
-    from .dispatch import launch
     rs = _rank()
     launch(rs, rs.current_stream(), "_sleep", "sleep", None, (), (), 0, dur=cost.sleep_ns(int(cycles)))
 
@@ -292,7 +301,7 @@ def empty_cache():
 
 def _mem(device):
     rs = _rank()
-    return rs.device(_world.device_index(device, rs)).memory
+    return rs.device(device_index(device, rs)).memory
 
 
 def memory_allocated(device=None):
@@ -343,7 +352,7 @@ def is_bf16_supported(including_emulation=True):
 
 
 def manual_seed(seed):
-    rs = _world.current_rank()
+    rs = current_rank()
     if rs is None:
         return
     rs.device().generator.manual_seed(int(seed))
@@ -351,7 +360,7 @@ def manual_seed(seed):
 
 def _gen(device=None):
     rs = _rank()
-    return rs.device(_world.device_index(device if device != "cuda" else None, rs)).generator
+    return rs.device(device_index(device if device != "cuda" else None, rs)).generator
 
 
 def get_rng_state(device="cuda"):
@@ -418,7 +427,7 @@ def memory_summary(device=None, abbreviated=False):
 
 
 def manual_seed_all(seed):
-    rs = _world.current_rank()
+    rs = current_rank()
     if rs is None:
         return
     for i in range(rs.world.device_count):
@@ -444,7 +453,6 @@ nvtx = SimpleNamespace(range_push=lambda *a, **k: 0, range_pop=lambda *a, **k: 0
 def cuda_patches():
     """(owner, attribute, replacement) for everything torch.cuda exposes that simdist fakes."""
     c = torch.cuda
-    Stream = _world.Stream
     items = dict(
         is_available=is_available, device_count=device_count, current_device=current_device,
         set_device=set_device, device=device, device_of=device_of, Stream=Stream, Event=Event,
@@ -470,6 +478,6 @@ def cuda_patches():
 
 def nccl_version():
     """The NCCL release that ships with the torch whose semantics the run models (torch 2.7: 2.26, 2.8+: 2.27)."""
-    rs = _world.current_rank()
+    rs = current_rank()
     prof = rs.world.nccl_profile if rs is not None else "2.8"
     return (2, 26, 2) if prof == "2.7" else (2, 27, 5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .timeline import format_frames, user_frames
+from .frames import format_frames, user_frames
 
 KINDS = ("read-after-write", "write-after-read", "write-after-write", "reuse-after-free", "host-read")
 

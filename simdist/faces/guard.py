@@ -27,6 +27,8 @@ import warnings
 
 import torch
 
+from ..engine.errors import SimulationError
+
 _lock = threading.Lock()
 _lib = None  # the ctypes handle once loaded
 _tried = False
@@ -91,7 +93,6 @@ def set_enabled(on):
         return False
     r = _lib.simdist_guard_set_enabled(1 if on else 0)
     if on and not r:
-        from .errors import SimulationError
         raise SimulationError("another CUDA device guard is registered in torch; simdist cannot install its own")
     return bool(r)
 

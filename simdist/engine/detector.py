@@ -1,4 +1,4 @@
-"""Shadow memory: who accessed which bytes, and the happens-before check.
+"""The happens-before detector: who accessed which bytes, and which pairs of accesses are unordered.
 
 Records are kept per allocation (a live block) over byte ranges of the
 segment, not per data_ptr, so views, slices and reused blocks are all seen
@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import torch
 
+from .errors import SimulationError
+from .frames import format_frames
 from .hazards import Access, Hazard
 
 GRAVEYARD_LIMIT = 64
 WATCH_LIMIT = 64
 
 
-class Rec:
+class AccessRecord:
+    """One op's read or write of bytes [lo, hi) of an allocation (gen: the allocation's id)."""
+
     __slots__ = ("op", "lo", "hi", "write", "gen", "contig", "view", "iv", "rmw")
 
     def __init__(self, op, lo, hi, write, gen, contig, view, rmw=False):
@@ -93,7 +97,7 @@ class Watch:
         self.other_write = other_write
 
 
-class Shadow:
+class Detector:
     def __init__(self, world):
         self.world = world
         self.hazards = {}  # key -> Hazard
@@ -162,7 +166,7 @@ class Shadow:
                 hi = lo + ext * isz
         else:
             lo, hi, contig = span
-        rec = Rec(op, lo, hi, write, alloc.id, contig, view, rmw)
+        rec = AccessRecord(op, lo, hi, write, alloc.id, contig, view, rmw)
         records = alloc.records
         if records:
             ordered = self.world.tokens.ordered
@@ -291,8 +295,6 @@ class Shadow:
 
 def op_error(op, e):
     """The exception a failing kernel raises, naming where it was launched (kernels run after their launch)."""
-    from .errors import SimulationError
-    from .timeline import format_frames
     if isinstance(e, SimulationError):
         return e
     try:
@@ -308,7 +310,7 @@ def _hull_per_op(recs):
     for r in recs:
         h = by_op.get(id(r.op))
         if h is None:
-            by_op[id(r.op)] = Rec(r.op, r.lo, r.hi, r.write, r.gen, True, r.view)
+            by_op[id(r.op)] = AccessRecord(r.op, r.lo, r.hi, r.write, r.gen, True, r.view)
         else:
             h.lo, h.hi, h.write = min(h.lo, r.lo), max(h.hi, r.hi), h.write or r.write
     return list(by_op.values())
@@ -356,100 +358,3 @@ def _coll_reads(op, data, lo, hi):
 
 def op_key(op):
     return (op.stream.dev.rank, op.stream.name, op.seq)
-
-
-class HostReads:
-    """CPU tensors written by asynchronous device-to-host copies, until the host is known to have waited.
-
-    A host op (any CPU op in a rank thread) that reads such a tensor before the copy is ordered before the host
-    (a synchronize, an event wait, a query that returned True) is a `host-read` hazard; it is `observed` when the
-    copy had not run yet, i.e. the host saw the poison the tensor was created with.
-    """
-
-    def __init__(self, shadow):
-        self.shadow = shadow
-        self.tensors = {}  # data_ptr -> (op, tensor)
-        self.sources = {}  # storage data_ptr -> (op, tensor): pinned sources of async H2D copies not yet waited
-        self.pinned = {}  # storage data_ptr -> weakref of a page-locked CPU tensor made in this run
-
-    def pending(self, op, t):
-        if t.numel():
-            self.tensors[t.data_ptr()] = (op, t)
-
-    # --- page-locked host memory ----------------------------------------
-    def pin(self, t):
-        import weakref
-        self.pinned[t.untyped_storage().data_ptr()] = weakref.ref(t)
-        return t
-
-    def is_pinned(self, t):
-        r = self.pinned.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
-        return r is not None and r() is not None
-
-    def pending_source(self, op, t):
-        """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it."""
-        if t.numel():
-            self.sources[t.untyped_storage().data_ptr()] = (op, t)
-
-    def check_writes(self, rs, func, args, kwargs):
-        from .dispatch import op_info
-        info = op_info(func)
-        for pos, name in zip(info.mutable_pos, info.mutable_names):
-            a = args[pos] if pos < len(args) else kwargs.get(name)
-            if not isinstance(a, torch.Tensor) or a.device.type != "cpu":
-                continue
-            e = self.sources.get(a.untyped_storage().data_ptr())
-            if e is None:
-                continue
-            op, t = e
-            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
-                del self.sources[a.untyped_storage().data_ptr()]  # the host waited for the copy
-                continue
-            self._report_write(rs, op, a, func)
-
-    def _report_write(self, rs, op, t, func):
-        # the copy has not read the pinned buffer yet when not done: it will see the host's new bytes
-        self._report(rs, op, t, func, "write-after-read", host_writes=True)
-
-    def check(self, rs, func, args, kwargs):
-        hits = []
-        for a in _flat_tensors(args, kwargs):
-            e = self.tensors.get(a.data_ptr())
-            if e is not None and e[1] is a or (e is not None and a._base is e[1]):
-                hits.append(e)
-        for op, t in hits:
-            self.tensors.pop(t.data_ptr(), None)
-            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
-                continue  # the host waited for the copy
-            self._report(rs, op, t, func)
-
-    def _report(self, rs, op, t, func, kind="host-read", host_writes=False):
-        """A hazard between device op `op` and a host access to CPU tensor `t` (observed if op had not run)."""
-        from .timeline import capture_frames
-        dtype = str(t.dtype).replace("torch.", "")
-        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
-                       shape=tuple(t.shape), dtype=dtype, frames=op.frames, seq=op.seq)
-        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
-                        is_write=host_writes, shape=tuple(t.shape), dtype=dtype, frames=capture_frames(), seq=0)
-        key = (kind, first.site, second.site)
-        h = self.shadow.hazards.get(key)
-        if h is None:
-            dev = op.stream.dev
-            h = Hazard(kind, first, second, f"rank {dev.rank} cuda:{dev.index}", first_op_key=op_key(op),
-                       second_op_key=())
-            self.shadow.hazards[key] = h
-            self.shadow.order.append(h)
-        else:
-            h.count += 1
-        if not op.done:
-            h.observed = True
-
-
-def _flat_tensors(args, kwargs):
-    for a in list(args) + list(kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            for x in a:
-                if isinstance(x, torch.Tensor):
-                    yield x

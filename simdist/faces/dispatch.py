@@ -9,152 +9,20 @@ op's virtual end time. Views run at once (they touch no bytes).
 from __future__ import annotations
 
 from functools import partial
-from heapq import heappush
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError, UnsupportedOperation
+from ..engine.launch import launch
 from . import rng
-from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
-from .shadow import Rec
-from .errors import SimulationError, UnsupportedOperation
-from .tensor import HostProxy, SimTensor
-from .timeline import LAUNCH_NS, Op, capture_frames
-from .world import current_rank
+from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
+from .op_rules import rule_for
+from .tensor import HostProxy, SimTensor, set_router
 
 aten = torch.ops.aten
-_TensorType = torch._C.TensorType
-DRAIN_EVERY = 512
-
-VIEW, INPLACE, FUNCTIONAL, SCALAR = "view", "inplace", "functional", "scalar"
-
-
-class OpInfo:
-    __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "special", "random", "func", "out_op", "reads_data")
-
-    def __init__(self):
-        self.special = None
-        self.out_variant = None
-        self.out_op = None
-        self.func = None
-
-
-_INFO: dict = {}
-_SPECIAL: dict = {}
 _SPEC_CACHE: dict = {}
-
-
-def _is_tensorish(t):
-    if isinstance(t, _TensorType):
-        return True
-    el = getattr(t, "getElementType", None)
-    if el is not None:
-        return _is_tensorish(el())
-    return False
-
-
-def _classify(func):
-    info = OpInfo()
-    schema = func._schema
-    info.name = func.__name__ if hasattr(func, "__name__") else str(func)
-    info.name = str(func).replace("aten.", "").replace(".default", "")
-    args = schema.arguments
-    info.mutable_pos = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
-    info.mutable_names = tuple(args[i].name for i in info.mutable_pos)
-    info.has_generator = any(a.name == "generator" for a in args)
-    # random: this overload or a sibling takes a generator (randn.default has none, randn.generator has one)
-    info.random = (info.has_generator or schema.name in ("aten::native_dropout", "aten::rrelu_with_noise")
-                   or _packet_is_random(func))
-    rets = schema.returns
-    ret_alias = []
-    for r in rets:
-        ai = r.alias_info
-        if ai is None:
-            ret_alias.append(None)
-            continue
-        sets = set(ai.before_set)
-        pos = next((i for i in info.mutable_pos if set(args[i].alias_info.before_set) & sets), None)
-        ret_alias.append(pos)
-    info.ret_alias = tuple(ret_alias)
-    if info.mutable_pos:
-        info.kind = INPLACE
-    elif any(r.alias_info is not None for r in rets) or schema.name == "aten::_unsafe_view":
-        info.kind = VIEW
-    elif rets and all(_is_tensorish(r.type) for r in rets):
-        info.kind = FUNCTIONAL
-        # Only core ATen ops (structured kernels) have .out overloads that compute exactly what the functional
-        # computes into the given tensor; a composite's (mse_loss.out) may resize `out` on the way, which on a
-        # view of a simulated segment would write past the block. Those run functionally and copy.
-        core = getattr(torch.Tag, "core", None)
-        if core is not None and core in func.tags:
-            info.out_variant = _find_out_variant(func)
-        if info.out_variant is not None:
-            info.out_op = info.out_variant._op  # the C callable under OpOverload.__call__
-    else:
-        info.kind = SCALAR
-    base = schema.name.split("::")[-1]
-    info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
-                                                             "new_empty_strided"))  # metadata only
-    info.special = _SPECIAL.get(func)
-    if schema.name.startswith(("_c10d_functional::", "c10d::", "_dtensor::")):
-        info.special = _unsupported_collective  # would run locally and return one rank's data: refuse
-    return info
-
-
-def _packet_is_random(func):
-    packet = getattr(func, "_overloadpacket", None)
-    if packet is None:
-        return False
-    for name in packet.overloads():
-        try:
-            if any(a.name == "generator" for a in getattr(packet, name)._schema.arguments):
-                return True
-        except Exception:  # noqa: BLE001 - an overload torch cannot resolve here
-            continue
-    return False
-
-
-def _find_out_variant(func):
-    """The `.out` overload taking exactly the functional's arguments plus `out` (single output only)."""
-    schema = func._schema
-    if len(schema.returns) != 1:
-        return None
-    names = [(a.name, str(a.type)) for a in schema.arguments]
-    packet = func._overloadpacket
-    for ov_name in packet.overloads():
-        ov = getattr(packet, ov_name)
-        s = ov._schema
-        outs = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
-        if len(outs) != 1 or outs[0].name != "out":
-            continue
-        if [(a.name, str(a.type)) for a in s.arguments if a.name != "out"] == names:
-            return ov
-    return None
-
-
-# id(op) -> OpInfo for functional ops with an .out overload and no randomness: _fast_functional may take them.
-# Keyed by id: OpOverload.__hash__ is a Python method. The OpInfo holds the op, so the id stays unique.
-_FAST_OPS: dict = {}
-
-
-def op_info(func):
-    i = _INFO.get(func)
-    if i is None:
-        i = _INFO[func] = _classify(func)
-        if (i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.special is None
-                and i.reads_data):
-            i.func = func
-            _FAST_OPS[id(func)] = i
-    return i
-
-
-def special(*funcs):
-    def deco(fn):
-        for f in funcs:
-            _SPECIAL[f] = fn
-        return fn
-    return deco
 
 
 # --- unwrapping ----------------------------------------------------------------
@@ -313,11 +181,21 @@ def _extent_bytes(shape, stride, dtype):
     return ext * dtype.itemsize
 
 
+def view_bytes(alloc, size, stride, dtype, storage_offset_elems=0):
+    """A CPU tensor viewing an allocation's bytes as `dtype` (one typed view of each segment, then as_strided)."""
+    block = alloc.block
+    seg = block.segment
+    typed = seg.typed.get(dtype)
+    if typed is None:
+        typed = seg.typed[dtype] = seg.data.view(dtype)
+    return typed.as_strided(size, stride, block.offset // dtype.itemsize + storage_offset_elems)
+
+
 def allocate(dev, stream, shape, stride, dtype):
     mem = dev.memory
     nbytes = _extent_bytes(shape, stride, dtype)
     alloc = mem.malloc(nbytes, stream)
-    t = SimTensor(mem.view(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
+    t = SimTensor(view_bytes(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
     if nbytes:
         n = dtype.itemsize
         for d in shape:
@@ -332,68 +210,7 @@ def allocate_like_contiguous(dev, stream, shape, dtype):
     return allocate(dev, stream, tuple(shape), tuple(stride), dtype)
 
 
-# --- launching -------------------------------------------------------------------
-def launch(rs, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=None, coll=None, skip=2):
-    """Queue device work on `stream` and check its accesses. reads/writes: SimTensors.
-
-    skip: frames between launch's caller and the program (capture_frames); the per-op paths pass their own.
-    """
-    world = rs.world
-    host = rs.host
-    if stream.host_ver != host.ver:
-        stream.sync_host(host)
-    op = Op(stream, name, kind, host.clock, fn)
-    stream.seq += 1
-    op.seq = stream.seq
-    op.vc = stream.vc
-    op.frames = capture_frames(8, skip)
-    if coll is not None:
-        op.coll = coll
-        coll.arrive(rs, op)
-        dur = 0
-    else:
-        key = (rs.rank, stream.name, op.seq)
-        if dur is None:
-            dur = world.policy.kernel(key, KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS + flops // FLOPS_PER_NS)
-        world.schedule_log[key] = dur
-    op.dur = dur
-    tail = stream.tail
-    if tail is None or tail.end is not None:
-        # fast path of World.schedule: the predecessor already has a time
-        start = op.launch if tail is None or tail.end < op.launch else tail.end
-        op.start_lb = start
-        if coll is None:  # World._start_all for one kernel nobody waits on yet
-            op.start = start
-            op.end = end = start + dur
-            if fn is not None:
-                world._tie += 1
-                heappush(world.heap, (end, world._tie, op))
-            else:
-                op.done = True
-        else:
-            world._started(op)
-    else:
-        world.schedule(op, (tail,))
-    stream.tail = op
-    host.clock += LAUNCH_NS
-    shadow = world.shadow
-    for t in writes:
-        a, sp = t._alloc, t._span
-        rmw = bool(reads) and _in(t, reads)  # read-modify-write: an in-place op or in-place collective
-        if sp is not None and not a.records:  # Shadow.access on untouched bytes (a fresh output): one record
-            a.records = [Rec(op, sp[0], sp[1], True, a.id, sp[2], t._inner, rmw)]
-        else:
-            shadow.access(op, t._inner, a, True, sp, rmw)
-    for t in reads:
-        if not _in(t, writes):
-            shadow.access(op, t._inner, t._alloc, False, t._span)
-    world.launches += 1
-    if world.launches % DRAIN_EVERY == 0:
-        world.drain_safe()
-    return op
-
-
-def _in(t, seq):
+def _among(t, seq):
     for x in seq:
         if x is t:
             return True
@@ -424,6 +241,7 @@ class RankMode(TorchDispatchMode):
     def __init__(self, rs):
         super().__init__()
         self.rs = rs
+        self.cpu_rng_state = None  # the rank's CPU generator state while another rank thread runs
 
     @classmethod
     def _should_skip_dynamo(cls):
@@ -438,7 +256,7 @@ class RankMode(TorchDispatchMode):
             elif t is not torch.Tensor and t is not torch.nn.Parameter:
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
-            hr = self.rs.world.host_reads
+            hr = self.rs.world.host_memory
             if hr.tensors:
                 hr.check(self.rs, func, args, kwargs)
             if hr.sources:
@@ -453,9 +271,9 @@ class RankMode(TorchDispatchMode):
                 dev = torch.device(dev)
             if dev.type != "cuda":
                 return func(*args, **kwargs)
-            sp = _SPECIAL.get(func)
-            if sp is not None:
-                return sp(self.rs, func, args, kwargs)
+            rule = rule_for(func)
+            if rule is not None:
+                return rule(self.rs, func, args, kwargs)
             return factory(self.rs, func, args, kwargs, dev)
         if not kwargs:
             info = _FAST_OPS.get(id(func))
@@ -489,8 +307,8 @@ def dispatch(rs, func, args, kwargs):
     info = _INFO.get(func)
     if info is None:
         info = op_info(func)
-    if info.special is not None:
-        return info.special(rs, func, args, kwargs)
+    if info.rule is not None:
+        return info.rule(rs, func, args, kwargs)
     kind = info.kind
     if kind is VIEW:
         return _view(rs, func, info, args, kwargs)
@@ -563,7 +381,7 @@ def _inplace(rs, func, info, args, kwargs):
     nbytes = _nbytes(u.sims)
     reads = u.sims
     if info.name.split(".")[0] in _WRITE_ONLY:  # fill_, zero_, random fills: they never read what they overwrite
-        reads = [x for x in u.sims if not _in(x, writes)]
+        reads = [x for x in u.sims if not _among(x, writes)]
     launch(rs, stream, info.name, "kernel", fn, reads, writes, nbytes, skip=5)
     # return what the schema says is returned: the mutated arguments themselves
     outs = []
@@ -711,7 +529,7 @@ def _sync_compute(rs, func, info, u):
             continue
         o = allocate_like_contiguous(dev, stream, r.shape, r.dtype)
         o._inner.copy_(r)
-        rs.world.shadow.access(op, o._inner, o._alloc, True)
+        rs.world.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
     return tuple(outs) if seq else outs[0]
 
@@ -778,246 +596,6 @@ def factory(rs, func, args, kwargs, tdev):
     return out
 
 
-# --- special ops -------------------------------------------------------------------
-@special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
-def _empty_like(rs, func, args, kwargs):
-    u = _unwrap(rs, args, kwargs, False)
-    dev = u.dev
-    tdev = kwargs.get("device")
-    if tdev is not None:
-        tdev = torch.device(tdev)
-        if tdev.type != "cuda":  # e.g. torch.empty_like(cuda_tensor, device="cpu"): plain host memory
-            shape = args[0].shape if func is aten.empty_like.default else args[1]
-            return torch.empty(shape, dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
-        dev = _factory_device(rs, tdev)
-    margs = tuple(_to_meta(a) for a in args)
-    mk = {k: _to_meta(v) for k, v in kwargs.items()}
-    mk["device"] = "meta"
-    mk.pop("pin_memory", None)
-    res = func(*margs, **mk)
-    return allocate(dev, rs.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
 
 
-@special(aten.lift_fresh.default, aten.lift_fresh_copy.default)
-def _lift(rs, func, args, kwargs):
-    return args[0]
-
-
-@special(aten._to_copy.default)
-def _to_copy(rs, func, args, kwargs):
-    src = args[0]
-    tdev = kwargs.get("device")
-    tdev = torch.device(tdev) if tdev is not None else None
-    dtype = kwargs.get("dtype") or src.dtype
-    src_sim = type(src) in (SimTensor, HostProxy)
-    if src_sim:
-        src = _sim_of(src)
-        if src._dev.rank != rs.rank:
-            raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {src._dev.rank}")
-    if src_sim and (tdev is None or tdev.type == "cuda"):
-        dst_dev = src._dev if tdev is None or tdev.index is None or tdev.index == src._dev.index \
-            else rs.device(tdev.index)
-        ck = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
-        ck["dtype"] = dtype
-        meta = aten._to_copy.default(_to_meta(src), **ck)
-        stream = rs.current_stream(dst_dev.index)
-        out = allocate(dst_dev, stream, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
-        si, oi = src._inner, out._inner
-        _device_copy(rs, src, out, lambda: oi.copy_(si), "_to_copy")
-        return out
-    if src_sim and kwargs.get("non_blocking"):
-        # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
-        # the host gets the tensor at once and must synchronize before reading it
-        return _d2h_async(rs, src, rs.world.host_reads.pin(_poisoned_host(tuple(src.shape), dtype)))
-    if src_sim:  # device -> host: the host waits for the copy on the current stream
-        holder = []
-        si = src._inner
-        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h", "d2h",
-                    lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
-        rs.wait_op(op, "device-to-host copy")
-        res = holder[0]
-        mf = kwargs.get("memory_format")
-        if mf is not None and mf != torch.preserve_format:
-            res = res.contiguous(memory_format=mf)
-        return res
-    dev = _factory_device(rs, tdev)
-    stream = rs.current_stream(dev.index)
-    hr = rs.world.host_reads
-    if kwargs.get("non_blocking") and hr.is_pinned(src):
-        # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
-        meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
-        return _h2d_async(rs, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
-    # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
-    snap = src.to(dtype=dtype).clone()
-    out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
-    oi = out._inner
-    launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
-    return out
-
-
-def _h2d_async(rs, stream, dst, src):
-    """A non_blocking copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write
-    to `src` before the host has waited for it is a race (HostReads.check_writes)."""
-    di = dst._inner
-    op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
-    rs.world.host_reads.pending_source(op, src)
-    return dst
-
-
-def _d2h_async(rs, src, dst):
-    """A non_blocking copy into pinned host memory: the host has `dst` at once and must wait before reading it
-    (HostReads.check)."""
-    si = src._inner
-    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (src,), (),
-                _nbytes((src,)))
-    rs.world.host_reads.pending(op, dst)
-    return dst
-
-
-def _device_copy(rs, src, dst, fn, name):
-    """A device-to-device copy. Within one device: a kernel on its current stream. Across devices, as ATen's
-    copy_device_to_device: the copy runs on the source device's current stream after it waits for the
-    destination's current stream, and the destination's current stream then waits for the copy."""
-    if src._dev is dst._dev:
-        return launch(rs, rs.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
-                      _nbytes((src, dst)))
-    host = rs.host
-    s_stream, d_stream = rs.current_stream(src._dev.index), rs.current_stream(dst._dev.index)
-    s_stream.wait_marker(host, d_stream.record_marker(host))
-    op = launch(rs, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
-    d_stream.wait_marker(host, s_stream.record_marker(host))
-    return op
-
-
-@special(aten.copy_.default)
-def _copy_(rs, func, args, kwargs):
-    dst, src = args[0], args[1]
-    dst_sim = type(dst) in (SimTensor, HostProxy)
-    src_sim = type(src) in (SimTensor, HostProxy)
-    if dst_sim and src_sim:
-        d, s = _sim_of(dst), _sim_of(src)
-        for t in (d, s):
-            if t._dev.rank != rs.rank:
-                raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {t._dev.rank}")
-        di, si = d._inner, s._inner
-        _device_copy(rs, s, d, lambda: di.copy_(si), "copy_")
-        return dst
-    if dst_sim:  # host -> device into existing memory
-        d = _sim_of(dst)
-        di = d._inner
-        hr = rs.world.host_reads
-        if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
-                and hr.is_pinned(src):
-            _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
-            return dst
-        snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
-        launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
-               _nbytes((d,)))
-        return dst
-    # device -> host
-    s = _sim_of(src)
-    # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
-    # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
-    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.world.host_reads.is_pinned(dst):
-        return _d2h_async(rs, s, dst)
-    holder = []
-    si = s._inner
-    op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
-                (), _nbytes((s,)))
-    rs.wait_op(op, "device-to-host copy")
-    dst.copy_(holder[0])
-    return dst
-
-
-@special(aten._local_scalar_dense.default)
-def _item(rs, func, args, kwargs):
-    s = _sim_of(args[0])
-    holder = []
-    si = s._inner
-    op = launch(rs, rs.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
-                _nbytes((s,)))
-    rs.wait_op(op, ".item()")
-    return holder[0]
-
-
-@special(aten.record_stream.default)
-def _record_stream(rs, func, args, kwargs):
-    from .cuda_api import record_stream
-    record_stream(_sim_of(args[0]), args[1])
-
-
-@special(aten.is_pinned.default)
-def _is_pinned(rs, func, args, kwargs):
-    return False
-
-
-_INPLACE_VIEWS = {}
-for _name, _ovs in (("as_strided_", ("default",)), ("t_", ("default",)), ("unsqueeze_", ("default",)),
-                    ("squeeze_", ("default", "dim", "dims")), ("transpose_", ("default",)),
-                    ("swapdims_", ("default",)), ("swapaxes_", ("default",)), ("detach_", ("default",))):
-    _pk, _base = getattr(aten, _name, None), getattr(aten, _name[:-1], None)
-    for _ov in _ovs:
-        _bov = "int" if _name == "transpose_" else _ov  # aten.transpose's overload is named .int
-        if _pk is not None and _base is not None and hasattr(_pk, _ov) and hasattr(_base, _bov):
-            _INPLACE_VIEWS[getattr(_pk, _ov)] = getattr(_base, _bov)
-
-
-def _inplace_view(rs, func, args, kwargs):
-    """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
-    x = _sim_of(args[0])
-    u = _unwrap(rs, args, kwargs, False)
-    _set_view(x, _INPLACE_VIEWS[func](*u.args, **u.kwargs))
-    return args[0]
-
-
-def _set_view(x, res):
-    """Give simulated tensor x the sizes/strides/offset of `res` (a CPU view of its bytes) in place, keeping the
-    Python object, as torch's in-place metadata ops do."""
-    y = SimTensor(res, x._dev, x._alloc)
-    x.data = y
-    x._inner = res
-    x._spec = y._spec
-    x._span = None
-
-
-for _f in _INPLACE_VIEWS:
-    _SPECIAL[_f] = _inplace_view
-
-
-def _resize(rs, func, args, kwargs):
-    """x.resize_(shape) within the bytes x's allocation already has: a metadata change (contiguous strides
-    from x's storage offset). Growing beyond them would reallocate and copy, which is not modelled."""
-    x = _sim_of(args[0])
-    shape = tuple(args[1] if len(args) > 1 else kwargs["size"])
-    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
-        raise UnsupportedOperation(f"resize_ with memory_format={kwargs['memory_format']} is not modelled")
-    inner = x._inner
-    n = 1
-    for d in shape:
-        n *= d
-    isz = inner.element_size()
-    base = x._alloc.block.offset // isz if x._alloc.block is not None else 0
-    avail = x._alloc.nbytes // isz - (inner.storage_offset() - base) if x._alloc.block is not None else 0
-    if n > avail:
-        raise UnsupportedOperation(f"resize_ of a simulated CUDA tensor to {list(shape)} ({n} elements) grows "
-                                   f"it past its allocation ({avail} elements): not modelled by simdist")
-    stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
-    _set_view(x, inner.as_strided(shape, stride, inner.storage_offset()))
-    return args[0]
-
-
-_SPECIAL[aten.resize_.default] = _resize
-
-
-def _unsupported_collective(rs, func, args, kwargs):
-    raise UnsupportedOperation(f"{func}: functional / C++ c10d collectives are not modelled by simdist; use the "
-                               "torch.distributed API (dist.all_reduce, dist.all_gather_into_tensor, ...)")
-
-
-def _unsupported(rs, func, args, kwargs):
-    raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
-
-
-for _f in (aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
-           aten._pin_memory.default):
-    _SPECIAL[_f] = _unsupported
+set_router(dispatch_outside)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.context import current_rank
+
 _Generator = torch.Generator
 
 
@@ -17,7 +19,6 @@ class SimGenerator(_Generator):
     """torch.Generator(device="cuda") inside a simulated rank: a CPU generator that says it is on the device."""
 
     def __new__(cls, device="cpu"):
-        from .world import current_rank
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             rs = current_rank()

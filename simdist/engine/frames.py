@@ -1,0 +1,78 @@
+"""Where an op was launched: cheap stack capture on the hot path, user frames resolved only for reports."""
+from __future__ import annotations
+
+import importlib.util
+import linecache
+import os
+import sys
+import threading
+
+
+def capture_frames(depth=10, skip=2):
+    """Cheap stack capture: (code, instruction offset) pairs; line numbers are resolved only when reported
+    (f_lineno scans the code's line table on every access, f_lasti does not). `skip` frames above this one
+    are simdist's own (callers on the hot path know their depth; the report filters any that remain)."""
+    try:
+        f = sys._getframe(skip)
+    except ValueError:
+        f = sys._getframe(1)
+    out = []  # flat: code, offset, code, offset... (one object per op: the run keeps every op's frames)
+    add = out.append
+    while f is not None and depth:
+        add(f.f_code)
+        add(f.f_lasti)
+        f = f.f_back
+        depth -= 1
+    return out
+
+
+def _line(code, lasti):
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return line if line is not None else code.co_firstlineno
+    return code.co_firstlineno
+
+
+_SKIP_PREFIXES = None
+
+
+def _skip_prefixes():
+    """Frames in these files are simdist's or torch's, not the program's."""
+    global _SKIP_PREFIXES
+    if _SKIP_PREFIXES is None:
+        simdist_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        spec = importlib.util.find_spec("torch")
+        torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else "\0"
+        _SKIP_PREFIXES = (simdist_dir + os.sep, torch_dir + os.sep,
+                          os.path.dirname(threading.__file__) + os.sep + "threading.py")
+    return _SKIP_PREFIXES
+
+
+def user_frames(frames, limit=6):
+    """The innermost frames that belong to the program under test, as (file, line, function)."""
+    skip = _skip_prefixes()
+    out = []
+    frames = frames or ()
+    for i in range(0, len(frames) - 1, 2):
+        code, lasti = frames[i], frames[i + 1]
+        fn = code.co_filename
+        if fn.startswith(skip) or fn.startswith("<frozen"):
+            continue
+        out.append((fn, _line(code, lasti), code.co_name))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def format_frames(frames, indent="    "):
+    """The user frames as a traceback-like text."""
+    uf = user_frames(frames)
+    if not uf:
+        return indent + "(no user frame)"
+    lines = []
+    for fn, line, name in uf:
+        lines.append(f'{indent}File "{fn}", line {line}, in {name}')
+        src = linecache.getline(fn, line).strip()
+        if src:
+            lines.append(f"{indent}  {src}")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Simulated devices and streams: an ordered queue of ops per stream, event markers, waits.
+
+Rules (CUDA Programming Guide, "Streams" and "Events"):
+- work on one stream runs in launch order;
+- recording an event captures the work queued on the stream so far (a marker op that ends when it does);
+- a wait makes later work on the waiting stream start after the marker (cudaStreamWaitEvent), without
+  blocking the host.
+The torch.cuda API over these objects lives in simdist/faces/cuda.py (a subclass of Stream).
+"""
+from __future__ import annotations
+
+from . import clocks
+from .allocator import DeviceMemory
+from .ops import Op
+
+
+class Stream:
+    """A simulated CUDA stream: an ordered queue of ops on one device."""
+
+    __slots__ = ("id", "dev", "name", "tail", "seq", "vc", "host_ver", "priority", "__weakref__")
+
+    @classmethod
+    def make(cls, device, name, priority=0):
+        self = object.__new__(cls)
+        world = device.world
+        self.id = world.new_stream_id()
+        self.dev = device
+        self.name = name
+        self.tail = None  # the last op queued on this stream (or the last wait marker)
+        self.seq = 0  # launched ops so far: an op is (stream, seq) in vector clocks
+        self.vc = {}  # what every op queued next knows (copy-on-write)
+        self.host_ver = -1  # the host clock version already joined into vc
+        self.priority = priority
+        world.streams.append(self)
+        return self
+
+    def __repr__(self):
+        return f"<simdist Stream {self.name} id={self.id}>"
+
+    def sync_host(self, host):
+        """Work queued from now on knows what the host knows (program order on the host)."""
+        if self.host_ver != host.ver:
+            self.vc = clocks.join(self.vc, host.vc)
+            self.host_ver = host.ver
+
+    def full_vc(self):
+        d = dict(self.vc)
+        d[self.id] = self.seq
+        return d
+
+    def record_marker(self, host):
+        """An event recorded now: completes when the stream reaches this point."""
+        self.sync_host(host)
+        m = Op(self, "event", "marker", host.clock)
+        m.vc_full = self.full_vc()
+        self.dev.world.queue.schedule(m, (self.tail,))
+        return m
+
+    def wait_marker(self, host, marker):
+        """Later work on this stream waits for `marker` (cudaStreamWaitEvent)."""
+        self.sync_host(host)
+        if marker.vc_full:
+            self.vc = clocks.join(self.vc, marker.vc_full)
+        m = Op(self, "wait", "marker", host.clock)
+        m.vc_full = self.full_vc()
+        self.dev.world.queue.schedule(m, (self.tail, marker))
+        self.tail = m
+
+
+class Device:
+    """One simulated GPU as seen by one rank (each process has its own context): memory and streams."""
+
+    def __init__(self, world, rank, index, stream_class=Stream):
+        self.world = world
+        self.rank = rank
+        self.index = index
+        self.stream_class = stream_class
+        self.memory = DeviceMemory(world, index, world.poison, rank)
+        self.default_stream = stream_class.make(self, f"rank{rank}/cuda:{index}/default")
+        self.n_user_streams = 0
+        self.nccl_streams = {}
+        # set by the torch face when the device is made (World.on_new_device): how torch names it, its generator
+        self.torch_device = None
+        self.generator = None
+
+    def new_stream(self, priority=0):
+        self.n_user_streams += 1
+        return self.stream_class.make(self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}",
+                                      priority)
+
+    def nccl_stream(self, key):
+        """The internal stream ProcessGroupNCCL keeps per group (or P2P pair) on this device."""
+        s = self.nccl_streams.get(key)
+        if s is None:
+            s = self.nccl_streams[key] = self.stream_class.make(self, f"rank{self.rank}/nccl:{key}")
+        return s

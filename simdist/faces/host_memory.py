@@ -1,0 +1,112 @@
+"""Host memory a simulated rank shares with its devices: page-locked (pinned) CPU tensors, and the host-side
+checks of asynchronous copies.
+
+Rules (CUDA Runtime API, "API synchronization behavior"; PyTorch "CUDA semantics: pinned memory buffers"):
+a non_blocking device-to-host copy into pinned memory returns at once, so a host read of the buffer before the
+host waited for the copy is a `host-read` hazard; a non_blocking host-to-device copy from pinned memory reads the
+buffer when it runs, so a host write to it before then is a `write-after-read` hazard.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from ..engine.detector import op_key
+from ..engine.frames import capture_frames
+from ..engine.hazards import Access, Hazard
+from .op_info import op_info
+
+
+class HostMemory:
+    """CPU tensors written by asynchronous device-to-host copies, until the host is known to have waited.
+
+    A host op (any CPU op in a rank thread) that reads such a tensor before the copy is ordered before the host
+    (a synchronize, an event wait, a query that returned True) is a `host-read` hazard; it is `observed` when the
+    copy had not run yet, i.e. the host saw the poison the tensor was created with.
+    """
+
+    def __init__(self, detector):
+        self.detector = detector
+        self.tensors = {}  # data_ptr -> (op, tensor)
+        self.sources = {}  # storage data_ptr -> (op, tensor): pinned sources of async H2D copies not yet waited
+        self.pinned = {}  # storage data_ptr -> weakref of a page-locked CPU tensor made in this run
+
+    def pending(self, op, t):
+        if t.numel():
+            self.tensors[t.data_ptr()] = (op, t)
+
+    # --- page-locked host memory ----------------------------------------
+    def pin(self, t):
+        self.pinned[t.untyped_storage().data_ptr()] = weakref.ref(t)
+        return t
+
+    def is_pinned(self, t):
+        r = self.pinned.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
+        return r is not None and r() is not None
+
+    def pending_source(self, op, t):
+        """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it."""
+        if t.numel():
+            self.sources[t.untyped_storage().data_ptr()] = (op, t)
+
+    def check_writes(self, rs, func, args, kwargs):
+        info = op_info(func)
+        for pos, name in zip(info.mutable_pos, info.mutable_names):
+            a = args[pos] if pos < len(args) else kwargs.get(name)
+            if not isinstance(a, torch.Tensor) or a.device.type != "cpu":
+                continue
+            e = self.sources.get(a.untyped_storage().data_ptr())
+            if e is None:
+                continue
+            op, t = e
+            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+                del self.sources[a.untyped_storage().data_ptr()]  # the host waited for the copy
+                continue
+            self._report_write(rs, op, a, func)
+
+    def _report_write(self, rs, op, t, func):
+        # the copy has not read the pinned buffer yet when not done: it will see the host's new bytes
+        self._report(rs, op, t, func, "write-after-read", host_writes=True)
+
+    def check(self, rs, func, args, kwargs):
+        hits = []
+        for a in _flat_tensors(args, kwargs):
+            e = self.tensors.get(a.data_ptr())
+            if e is not None and e[1] is a or (e is not None and a._base is e[1]):
+                hits.append(e)
+        for op, t in hits:
+            self.tensors.pop(t.data_ptr(), None)
+            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+                continue  # the host waited for the copy
+            self._report(rs, op, t, func)
+
+    def _report(self, rs, op, t, func, kind="host-read", host_writes=False):
+        """A hazard between device op `op` and a host access to CPU tensor `t` (observed if op had not run)."""
+        dtype = str(t.dtype).replace("torch.", "")
+        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
+                       shape=tuple(t.shape), dtype=dtype, frames=op.frames, seq=op.seq)
+        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
+                        is_write=host_writes, shape=tuple(t.shape), dtype=dtype, frames=capture_frames(), seq=0)
+        key = (kind, first.site, second.site)
+        h = self.detector.hazards.get(key)
+        if h is None:
+            dev = op.stream.dev
+            h = Hazard(kind, first, second, f"rank {dev.rank} cuda:{dev.index}", first_op_key=op_key(op),
+                       second_op_key=())
+            self.detector.hazards[key] = h
+            self.detector.order.append(h)
+        else:
+            h.count += 1
+        if not op.done:
+            h.observed = True
+
+
+def _flat_tensors(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, torch.Tensor):
+                    yield x

@@ -1,0 +1,131 @@
+"""What an aten op does to its arguments, read once from its schema and cached: a view, an in-place op (which
+arguments it writes), a functional op (and its `.out` overload, when running into a preallocated output computes
+the same), or one that returns host values; whether it draws random numbers; its op rule, if one is registered
+(simdist/faces/op_rules.py)."""
+from __future__ import annotations
+
+import torch
+
+from .op_rules import rule_for
+
+_TensorType = torch._C.TensorType
+
+VIEW, INPLACE, FUNCTIONAL, SCALAR = "view", "inplace", "functional", "scalar"
+
+
+class OpInfo:
+    """How the dispatch mode treats one op overload (simdist/faces/dispatch.py)."""
+
+    __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
+                 "rule", "random", "func", "out_op", "reads_data")
+
+    def __init__(self):
+        self.rule = None
+        self.out_variant = None
+        self.out_op = None
+        self.func = None
+
+
+_INFO: dict = {}
+
+
+def _is_tensorish(t):
+    if isinstance(t, _TensorType):
+        return True
+    el = getattr(t, "getElementType", None)
+    if el is not None:
+        return _is_tensorish(el())
+    return False
+
+
+def _classify(func):
+    info = OpInfo()
+    schema = func._schema
+    info.name = func.__name__ if hasattr(func, "__name__") else str(func)
+    info.name = str(func).replace("aten.", "").replace(".default", "")
+    args = schema.arguments
+    info.mutable_pos = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    info.mutable_names = tuple(args[i].name for i in info.mutable_pos)
+    info.has_generator = any(a.name == "generator" for a in args)
+    # random: this overload or a sibling takes a generator (randn.default has none, randn.generator has one)
+    info.random = (info.has_generator or schema.name in ("aten::native_dropout", "aten::rrelu_with_noise")
+                   or _packet_is_random(func))
+    rets = schema.returns
+    ret_alias = []
+    for r in rets:
+        ai = r.alias_info
+        if ai is None:
+            ret_alias.append(None)
+            continue
+        sets = set(ai.before_set)
+        pos = next((i for i in info.mutable_pos if set(args[i].alias_info.before_set) & sets), None)
+        ret_alias.append(pos)
+    info.ret_alias = tuple(ret_alias)
+    if info.mutable_pos:
+        info.kind = INPLACE
+    elif any(r.alias_info is not None for r in rets) or schema.name == "aten::_unsafe_view":
+        info.kind = VIEW
+    elif rets and all(_is_tensorish(r.type) for r in rets):
+        info.kind = FUNCTIONAL
+        # Only core ATen ops (structured kernels) have .out overloads that compute exactly what the functional
+        # computes into the given tensor; a composite's (mse_loss.out) may resize `out` on the way, which on a
+        # view of a simulated segment would write past the block. Those run functionally and copy.
+        core = getattr(torch.Tag, "core", None)
+        if core is not None and core in func.tags:
+            info.out_variant = _find_out_variant(func)
+        if info.out_variant is not None:
+            info.out_op = info.out_variant._op  # the C callable under OpOverload.__call__
+    else:
+        info.kind = SCALAR
+    base = schema.name.split("::")[-1]
+    info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
+                                                             "new_empty_strided"))  # metadata only
+    info.rule = rule_for(func)
+    return info
+
+
+def _packet_is_random(func):
+    packet = getattr(func, "_overloadpacket", None)
+    if packet is None:
+        return False
+    for name in packet.overloads():
+        try:
+            if any(a.name == "generator" for a in getattr(packet, name)._schema.arguments):
+                return True
+        except Exception:  # noqa: BLE001 - an overload torch cannot resolve here
+            continue
+    return False
+
+
+def _find_out_variant(func):
+    """The `.out` overload taking exactly the functional's arguments plus `out` (single output only)."""
+    schema = func._schema
+    if len(schema.returns) != 1:
+        return None
+    names = [(a.name, str(a.type)) for a in schema.arguments]
+    packet = func._overloadpacket
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        s = ov._schema
+        outs = [a for a in s.arguments if a.alias_info is not None and a.alias_info.is_write]
+        if len(outs) != 1 or outs[0].name != "out":
+            continue
+        if [(a.name, str(a.type)) for a in s.arguments if a.name != "out"] == names:
+            return ov
+    return None
+
+
+# id(op) -> OpInfo for functional ops with an .out overload and no randomness: _fast_functional may take them.
+# Keyed by id: OpOverload.__hash__ is a Python method. The OpInfo holds the op, so the id stays unique.
+_FAST_OPS: dict = {}
+
+
+def op_info(func):
+    i = _INFO.get(func)
+    if i is None:
+        i = _INFO[func] = _classify(func)
+        if (i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.rule is None
+                and i.reads_data):
+            i.func = func
+            _FAST_OPS[id(func)] = i
+    return i

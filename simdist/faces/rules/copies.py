@@ -1,0 +1,159 @@
+"""Op rules for copies between the host and simulated devices, and between devices.
+
+Rules (CUDA Runtime API, "API synchronization behavior"; PyTorch "CUDA semantics: pinned memory buffers";
+ATen Copy.cu `copy_device_to_device`):
+- a device-to-host copy blocks the host until it completes on the current stream, unless it is
+  non_blocking into pinned memory (then the host must synchronize before reading the buffer);
+- a host-to-device copy from pageable memory is staged at the call (the host buffer may change at once after);
+  from pinned memory with non_blocking=True the DMA reads the host buffer when it runs;
+- a copy between two devices runs on the source's current stream after it waits for the destination's, and the
+  destination's current stream then waits for the copy.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...engine.errors import SimulationError, UnsupportedOperation
+from ...engine.launch import launch
+from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
+from ..op_rules import register
+from ..tensor import HostProxy, SimTensor
+
+aten = torch.ops.aten
+
+
+@register(aten._to_copy.default)
+def _to_copy(rs, func, args, kwargs):
+    src = args[0]
+    tdev = kwargs.get("device")
+    tdev = torch.device(tdev) if tdev is not None else None
+    dtype = kwargs.get("dtype") or src.dtype
+    src_sim = type(src) in (SimTensor, HostProxy)
+    if src_sim:
+        src = _sim_of(src)
+        if src._dev.rank != rs.rank:
+            raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {src._dev.rank}")
+    if src_sim and (tdev is None or tdev.type == "cuda"):
+        dst_dev = src._dev if tdev is None or tdev.index is None or tdev.index == src._dev.index \
+            else rs.device(tdev.index)
+        ck = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
+        ck["dtype"] = dtype
+        meta = aten._to_copy.default(_to_meta(src), **ck)
+        stream = rs.current_stream(dst_dev.index)
+        out = allocate(dst_dev, stream, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
+        si, oi = src._inner, out._inner
+        _device_copy(rs, src, out, lambda: oi.copy_(si), "_to_copy")
+        return out
+    if src_sim and kwargs.get("non_blocking"):
+        # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
+        # the host gets the tensor at once and must synchronize before reading it
+        return _d2h_async(rs, src, rs.world.host_memory.pin(_poisoned_host(tuple(src.shape), dtype)))
+    if src_sim:  # device -> host: the host waits for the copy on the current stream
+        holder = []
+        si = src._inner
+        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h", "d2h",
+                    lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
+        rs.wait_op(op, "device-to-host copy")
+        res = holder[0]
+        mf = kwargs.get("memory_format")
+        if mf is not None and mf != torch.preserve_format:
+            res = res.contiguous(memory_format=mf)
+        return res
+    dev = _factory_device(rs, tdev)
+    stream = rs.current_stream(dev.index)
+    hr = rs.world.host_memory
+    if kwargs.get("non_blocking") and hr.is_pinned(src):
+        # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
+        meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
+        return _h2d_async(rs, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
+    # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
+    snap = src.to(dtype=dtype).clone()
+    out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
+    oi = out._inner
+    launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
+    return out
+
+
+def _h2d_async(rs, stream, dst, src):
+    """A non_blocking copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write
+    to `src` before the host has waited for it is a race (HostReads.check_writes)."""
+    di = dst._inner
+    op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
+    rs.world.host_memory.pending_source(op, src)
+    return dst
+
+
+def _d2h_async(rs, src, dst):
+    """A non_blocking copy into pinned host memory: the host has `dst` at once and must wait before reading it
+    (HostReads.check)."""
+    si = src._inner
+    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (src,), (),
+                _nbytes((src,)))
+    rs.world.host_memory.pending(op, dst)
+    return dst
+
+
+def _device_copy(rs, src, dst, fn, name):
+    """A device-to-device copy. Within one device: a kernel on its current stream. Across devices, as ATen's
+    copy_device_to_device: the copy runs on the source device's current stream after it waits for the
+    destination's current stream, and the destination's current stream then waits for the copy."""
+    if src._dev is dst._dev:
+        return launch(rs, rs.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
+                      _nbytes((src, dst)))
+    host = rs.host
+    s_stream, d_stream = rs.current_stream(src._dev.index), rs.current_stream(dst._dev.index)
+    s_stream.wait_marker(host, d_stream.record_marker(host))
+    op = launch(rs, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
+    d_stream.wait_marker(host, s_stream.record_marker(host))
+    return op
+
+
+@register(aten.copy_.default)
+def _copy_(rs, func, args, kwargs):
+    dst, src = args[0], args[1]
+    dst_sim = type(dst) in (SimTensor, HostProxy)
+    src_sim = type(src) in (SimTensor, HostProxy)
+    if dst_sim and src_sim:
+        d, s = _sim_of(dst), _sim_of(src)
+        for t in (d, s):
+            if t._dev.rank != rs.rank:
+                raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {t._dev.rank}")
+        di, si = d._inner, s._inner
+        _device_copy(rs, s, d, lambda: di.copy_(si), "copy_")
+        return dst
+    if dst_sim:  # host -> device into existing memory
+        d = _sim_of(dst)
+        di = d._inner
+        hr = rs.world.host_memory
+        if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
+                and hr.is_pinned(src):
+            _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
+            return dst
+        snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
+        launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
+               _nbytes((d,)))
+        return dst
+    # device -> host
+    s = _sim_of(src)
+    # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
+    # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
+    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.world.host_memory.is_pinned(dst):
+        return _d2h_async(rs, s, dst)
+    holder = []
+    si = s._inner
+    op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
+                (), _nbytes((s,)))
+    rs.wait_op(op, "device-to-host copy")
+    dst.copy_(holder[0])
+    return dst
+
+
+@register(aten._local_scalar_dense.default)
+def _item(rs, func, args, kwargs):
+    s = _sim_of(args[0])
+    holder = []
+    si = s._inner
+    op = launch(rs, rs.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
+                _nbytes((s,)))
+    rs.wait_op(op, ".item()")
+    return holder[0]

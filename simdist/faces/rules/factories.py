@@ -1,0 +1,37 @@
+"""Op rules for ops that make tensors from metadata only: *_like / new_* allocations (no bytes read) and
+lift_fresh (a constant already placed on the device)."""
+from __future__ import annotations
+
+import torch
+
+from ...engine.errors import SimulationError, UnsupportedOperation
+from ...engine.launch import launch
+from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
+from ..op_rules import register
+from ..tensor import HostProxy, SimTensor
+
+aten = torch.ops.aten
+
+
+@register(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
+def _empty_like(rs, func, args, kwargs):
+    u = _unwrap(rs, args, kwargs, False)
+    dev = u.dev
+    tdev = kwargs.get("device")
+    if tdev is not None:
+        tdev = torch.device(tdev)
+        if tdev.type != "cuda":  # e.g. torch.empty_like(cuda_tensor, device="cpu"): plain host memory
+            shape = args[0].shape if func is aten.empty_like.default else args[1]
+            return torch.empty(shape, dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
+        dev = _factory_device(rs, tdev)
+    margs = tuple(_to_meta(a) for a in args)
+    mk = {k: _to_meta(v) for k, v in kwargs.items()}
+    mk["device"] = "meta"
+    mk.pop("pin_memory", None)
+    res = func(*margs, **mk)
+    return allocate(dev, rs.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
+
+
+@register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+def _lift(rs, func, args, kwargs):
+    return args[0]

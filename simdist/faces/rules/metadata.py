@@ -1,0 +1,98 @@
+"""Op rules for ops that change metadata only (in-place views, resize_ within the allocation), record_stream and
+is_pinned on simulated tensors, and the refusals: ops simdist does not model raise UnsupportedOperation rather
+than compute what a GPU would not."""
+from __future__ import annotations
+
+import torch
+
+from ...engine.errors import SimulationError, UnsupportedOperation
+from ...engine.launch import launch
+from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
+from ..op_rules import register, register_namespace
+from ..tensor import HostProxy, SimTensor
+
+aten = torch.ops.aten
+
+
+@register(aten.record_stream.default)
+def _record_stream(rs, func, args, kwargs):
+    _sim_of(args[0])._alloc.record_stream(args[1])
+
+
+@register(aten.is_pinned.default)
+def _is_pinned(rs, func, args, kwargs):
+    return False
+
+
+_INPLACE_VIEWS = {}
+for _name, _ovs in (("as_strided_", ("default",)), ("t_", ("default",)), ("unsqueeze_", ("default",)),
+                    ("squeeze_", ("default", "dim", "dims")), ("transpose_", ("default",)),
+                    ("swapdims_", ("default",)), ("swapaxes_", ("default",)), ("detach_", ("default",))):
+    _pk, _base = getattr(aten, _name, None), getattr(aten, _name[:-1], None)
+    for _ov in _ovs:
+        _bov = "int" if _name == "transpose_" else _ov  # aten.transpose's overload is named .int
+        if _pk is not None and _base is not None and hasattr(_pk, _ov) and hasattr(_base, _bov):
+            _INPLACE_VIEWS[getattr(_pk, _ov)] = getattr(_base, _bov)
+
+
+def _inplace_view(rs, func, args, kwargs):
+    """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
+    x = _sim_of(args[0])
+    u = _unwrap(rs, args, kwargs, False)
+    _set_view(x, _INPLACE_VIEWS[func](*u.args, **u.kwargs))
+    return args[0]
+
+
+def _set_view(x, res):
+    """Give simulated tensor x the sizes/strides/offset of `res` (a CPU view of its bytes) in place, keeping the
+    Python object, as torch's in-place metadata ops do."""
+    y = SimTensor(res, x._dev, x._alloc)
+    x.data = y
+    x._inner = res
+    x._spec = y._spec
+    x._span = None
+
+
+register(*_INPLACE_VIEWS)(_inplace_view)
+
+
+def _resize(rs, func, args, kwargs):
+    """x.resize_(shape) within the bytes x's allocation already has: a metadata change (contiguous strides
+    from x's storage offset). Growing beyond them would reallocate and copy, which is not modelled."""
+    x = _sim_of(args[0])
+    shape = tuple(args[1] if len(args) > 1 else kwargs["size"])
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
+        raise UnsupportedOperation(f"resize_ with memory_format={kwargs['memory_format']} is not modelled")
+    inner = x._inner
+    n = 1
+    for d in shape:
+        n *= d
+    isz = inner.element_size()
+    base = x._alloc.block.offset // isz if x._alloc.block is not None else 0
+    avail = x._alloc.nbytes // isz - (inner.storage_offset() - base) if x._alloc.block is not None else 0
+    if n > avail:
+        raise UnsupportedOperation(f"resize_ of a simulated CUDA tensor to {list(shape)} ({n} elements) grows "
+                                   f"it past its allocation ({avail} elements): not modelled by simdist")
+    stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
+    _set_view(x, inner.as_strided(shape, stride, inner.storage_offset()))
+    return args[0]
+
+
+register(aten.resize_.default)(_resize)
+
+
+@register_namespace("_c10d_functional")
+@register_namespace("c10d")
+@register_namespace("_dtensor")
+def _unsupported_collective(rs, func, args, kwargs):
+    # would run locally and return one rank's data: refuse
+    raise UnsupportedOperation(f"{func}: functional / C++ c10d collectives are not modelled by simdist; use the "
+                               "torch.distributed API (dist.all_reduce, dist.all_gather_into_tensor, ...)")
+
+
+def _unsupported(rs, func, args, kwargs):
+    raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
+
+
+register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
+         aten._pin_memory.default)(_unsupported)

@@ -1,0 +1,28 @@
+"""The engine's World with the torch face plugged in: torch.cuda's Stream class, torch.distributed's group
+class, each device's torch name and random generator, host-memory checks, and device work run outside any
+dispatch mode (queued kernels are plain CPU torch ops on the device bytes)."""
+from __future__ import annotations
+
+import torch
+
+from ..engine.world import World
+from .cuda import Stream
+from .distributed import ProcessGroup
+from .host_memory import HostMemory
+from .rng import SimGenerator
+
+DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh process's CPU and CUDA seed
+
+
+def _name_device(device):
+    device.torch_device = torch.device("cuda", device.index)
+    # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank
+    device.generator = SimGenerator(device.torch_device).manual_seed(DEFAULT_RNG_SEED)
+
+
+def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False):
+    world = World(world_size, seed, policy, nccl_profile, poison, device_count, avoid_record_streams,
+                  stream_class=Stream, group_class=ProcessGroup, on_new_device=_name_device,
+                  device_work=torch._C._DisableTorchDispatch)
+    world.host_memory = HostMemory(world.detector)
+    return world
