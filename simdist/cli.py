@@ -1,62 +1,125 @@
 """The `simdist` command.
 
-  simdist hunt                 run the incident hunt (refit properties over the incident's configurations)
   simdist run FILE.py:FN       run a function in a simulated world and print its report (also: module:fn)
   simdist run SCRIPT.py -n 2   run a torchrun-style script as __main__ on every rank (like torchrun
                                --nproc-per-node=2 SCRIPT.py); script arguments go after `--`
-  simdist bench                run the benchmarks (python -m simdist.benchmarks)
-  simdist scenarios --export   write the scenario corpus for the nightly GPU job
+  simdist hunt                 run the incident hunt (registered by simdist.properties)
+  simdist scenarios --export   write the scenario corpus for the nightly GPU job (simdist.properties)
+  simdist bench                run the benchmarks (simdist.benchmarks)
+
+Other packages add commands through the `simdist.commands` entry-point group: an entry point names a function
+register(subparsers) that adds its subparser and sets `func` (called with the parsed arguments; its return
+value is the exit status; a command that passes its arguments on sets a `rest` argument). Bad input is answered with one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import importlib.util
+import json
 import os
 import sys
+from importlib.metadata import entry_points
+
+POLICIES = ("jitter", "none", "pct")
+
+
+class UsageError(Exception):
+    """Bad input on the command line: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
 
 
 def _load(target):
     if ":" not in target:
-        raise SystemExit(f"simdist run: expected FILE.py:FUNCTION or module:function, got {target!r}")
+        raise UsageError(f"simdist run: expected FILE.py:FUNCTION, module:function or SCRIPT.py, got {target!r}")
     where, name = target.rsplit(":", 1)
     if where.endswith(".py") or os.path.exists(where):
+        if not os.path.isfile(where):
+            raise UsageError(f"simdist run: no such file {where!r}")
         spec = importlib.util.spec_from_file_location("__simdist_target__", where)
         mod = importlib.util.module_from_spec(spec)
         sys.modules["__simdist_target__"] = mod
         sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
         spec.loader.exec_module(mod)
     else:
-        mod = importlib.import_module(where)
+        try:
+            mod = importlib.import_module(where)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"simdist run: cannot import module {where!r} ({e})") from None
     obj = mod
     for part in name.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"simdist run: {where} has no function {name!r}")
         obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"simdist run: {target} is not a function")
     return obj
+
+
+def _json_arg(flag, text, kind):
+    try:
+        v = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"simdist run: {flag} is not valid JSON ({e})") from None
+    if not isinstance(v, kind):
+        raise UsageError(f"simdist run: {flag} must be a JSON {'object' if kind is dict else 'list'}")
+    return v
+
+
+def _policy(a):
+    import simdist
+    if a.delays:
+        try:
+            policy = [int(x) for x in a.delays.split(",")]
+        except ValueError:
+            raise UsageError(f"simdist run: --delays expects comma-separated integers, got {a.delays!r}") from None
+    else:
+        policy = a.policy
+    if a.delay_op:
+        parts = a.delay_op.split(",")
+        if len(parts) != 4:
+            raise UsageError(f"simdist run: --delay-op expects RANK,STREAM,SEQ,NS, got {a.delay_op!r}")
+        rank, stream, seq, ns = parts
+        try:
+            key = (int(rank), stream, int(seq))
+            ns = int(ns)
+        except ValueError:
+            raise UsageError(f"simdist run: --delay-op expects RANK,STREAM,SEQ,NS, got {a.delay_op!r}") from None
+        policy = simdist.Targeted({key: ns}, simdist.make_policy(a.policy, a.seed))
+    return policy
 
 
 def cmd_run(a):
     import simdist
     script = ":" not in a.target and (a.target.endswith(".py") or os.path.isfile(a.target))
     if a.args and not script:
-        raise SystemExit(f"simdist run: extra arguments {a.args!r} are only for scripts (FILE.py)")
+        raise UsageError(f"simdist run: extra arguments {a.args!r} are only for scripts (FILE.py)")
+    if a.nccl is not None and a.nccl not in ("2.7", "2.8") and not a.nccl.startswith("2."):
+        raise UsageError(f"simdist run: --nccl must be 2.7 or 2.8 (or a torch version 2.x), got {a.nccl!r}")
+    policy = _policy(a)
+    kwargs = _json_arg("--kwargs", a.kwargs, dict) if a.kwargs else None
+    args = tuple(_json_arg("--args", a.fn_args, list)) if a.fn_args else ()
     if script:
         if not os.path.isfile(a.target):
-            raise SystemExit(f"simdist run: no such script {a.target!r}")
-        fn = simdist.api.script_main(a.target, a.args)
-    else:
-        fn = _load(a.target)
-    policy = [int(x) for x in a.delays.split(",")] if a.delays else a.policy
-    if a.delay_op:
-        import simdist as sd
-        rank, stream, seq, ns = a.delay_op.split(",")
-        policy = sd.Targeted({(int(rank), stream, int(seq)): int(ns)}, sd.make_policy(a.policy, a.seed))
-    import json
-    kwargs = json.loads(a.kwargs) if a.kwargs else None
-    args = tuple(json.loads(a.fn_args)) if a.fn_args else ()
-    if script:
+            raise UsageError(f"simdist run: no such script {a.target!r}")
         res = simdist.run_script(a.target, argv=a.args, world_size=a.world_size, seed=a.seed, nccl=a.nccl,
                                  policy=policy)
     else:
+        fn = _load(a.target)
         if a.spawn:
             res = simdist.spawn(fn, args=args, nprocs=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy,
                                 kwargs=kwargs)
@@ -70,57 +133,26 @@ def cmd_run(a):
     return 1 if res.hazards else 0
 
 
-def cmd_bench(a):
-    from simdist.benchmarks.__main__ import main
-    main(a.rest)
-    return 0
-
-
-def cmd_hunt(a):
-    from simdist.properties.hunt import main
-    return main(a)
-
-
-def cmd_scenarios(a):
-    from simdist.properties.scenarios import export_corpus
-    export_corpus(a.export)
-    print(f"wrote {a.export}")
-    return 0
-
-
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="simdist",
         description="Simulated multi-GPU worlds on the CPU: find, explain and replay races between CUDA streams "
                     "and NCCL collectives, deterministically.",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    h = sub.add_parser("hunt", help="the main job: hunt the FP8 refit incident's cause by simulation",
-                       description="Runs the refit properties over the incident's configurations (TP 1/2/4, "
-                                   "per-tensor and blockwise, fp8_param on/off, PP 1/2) for the faithful stack and "
-                                   "each candidate fault; prints the failure matrix beside the reported one, the "
-                                   "shrunk reproducer with its replay command, a Perfetto trace of the witness, and "
-                                   "checks the fix under many schedules.")
-    h.add_argument("--json", action="store_true", help="machine-readable output")
-    h.add_argument("--seeds", type=int, default=20, help="seeds per configuration (default 20)")
-    h.add_argument("--fix-schedules", type=int, default=1000, help="schedules the fix must survive (default 1000)")
-    h.add_argument("--trace", default="hunt-witness.trace.json", help="where to write the witness trace")
-    h.add_argument("--export", default=None, help="also write the scenario corpus for the GPU job here")
-    h.add_argument("--no-progress", action="store_true")
-    h.set_defaults(func=cmd_hunt)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run FILE.py:FN, module:fn or a torchrun-style SCRIPT.py in a simulated world "
                                    "and report hazards",
                        description="Runs a function (FILE.py:FN or module:fn, called once per rank) or a whole "
                                    "torchrun-style script (SCRIPT.py, executed as __main__ on every rank with RANK, "
                                    "LOCAL_RANK and WORLD_SIZE set) on simulated GPUs, and prints the hazard report. "
-                                   "Exit status: 0 clean, 1 hazards found.")
+                                   "Exit status: 0 clean, 1 hazards found, 2 bad input.")
     r.add_argument("target", help="FILE.py:FN, module:fn or SCRIPT.py")
     r.add_argument("args", nargs="*", help="arguments for a script (put them after `--`)")
-    r.add_argument("--world-size", "--nproc-per-node", "-n", type=int, default=1, dest="world_size",
+    r.add_argument("--world-size", "--nproc-per-node", "-n", type=positive_int, default=1, dest="world_size",
                    help="simulated ranks, one GPU each (default 1)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--nccl", default=None, help="2.7 or 2.8 (default: the installed torch)")
-    r.add_argument("--policy", default=None, help="jitter (default), none, pct")
+    r.add_argument("--policy", default=None, choices=POLICIES, help="jitter (default), none, pct")
     r.add_argument("--delays", default=None, help="comma-separated choice delays (replays a shrunk schedule)")
     r.add_argument("--trace", default=None, help="write a Perfetto trace JSON here")
     r.add_argument("--kwargs", default=None, help="JSON object of keyword arguments for the function")
@@ -130,13 +162,17 @@ def build_parser():
     r.add_argument("--delay-op", default=None, metavar="RANK,STREAM,SEQ,NS",
                    help="delay one op by NS virtual ns (the targeted policy; as printed by simdist hunt)")
     r.set_defaults(func=cmd_run)
-    b = sub.add_parser("bench", help="run the benchmark suite")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    b.set_defaults(func=cmd_bench)
-    s = sub.add_parser("scenarios", help="export the scenario corpus for the nightly GPU job")
-    s.add_argument("--export", default="corpus.json")
-    s.set_defaults(func=cmd_scenarios)
+    for ep in sorted(entry_points(group="simdist.commands"), key=lambda e: e.name):
+        try:
+            ep.load()(sub)
+        except Exception as e:  # noqa: BLE001 - a broken plug-in must not take the run command down
+            broken = sub.add_parser(ep.name, help=f"(unavailable: {type(e).__name__}: {e})")
+            broken.set_defaults(func=lambda a, e=e, n=ep.name: _unavailable(n, e))
     return p
+
+
+def _unavailable(name, err):
+    raise UsageError(f"simdist {name}: this command could not be loaded ({type(err).__name__}: {err})")
 
 
 def main(argv=None):
@@ -145,10 +181,20 @@ def main(argv=None):
     if "--" in argv and argv[:1] == ["run"]:  # script arguments, passed through untouched
         i = argv.index("--")
         argv, rest = argv[:i], argv[i + 1:]
-    a = build_parser().parse_args(argv)
-    if rest:
-        a.args = list(getattr(a, "args", [])) + rest
-    sys.exit(a.func(a) or 0)
+    try:
+        parser = build_parser()
+        a, unknown = parser.parse_known_args(argv)
+        if unknown:
+            if not hasattr(a, "rest"):  # only pass-through commands (bench) take arguments they do not declare
+                raise UsageError(f"simdist: unrecognized arguments: {' '.join(unknown)}")
+            a.rest = unknown + list(a.rest)
+        if rest:
+            a.args = list(getattr(a, "args", [])) + rest
+        status = a.func(a) or 0
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        status = 2
+    sys.exit(status)
 
 
 if __name__ == "__main__":

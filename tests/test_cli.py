@@ -87,3 +87,43 @@ def test_spawn_replay_reproduces_the_digest(tmp_path):
     out = subprocess.run([sys.executable, "-m", "simdist", *shlex.split(cmd)], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300, env=dict(os.environ, PYTHONPATH=ROOT))
     assert re.search(r"digest=(\w+)", out.stdout).group(1) == res.digest, out.stdout + out.stderr
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "examples/incident.py:no_such_function"], "has no function 'no_such_function'"),
+    (["run", "examples/incident.py:refit_one_weight", "-n", "0"], "expected a positive integer, got 0"),
+    (["run", "examples/incident.py:refit_one_weight", "--policy", "fastest"], "invalid choice: 'fastest'"),
+    (["run", "examples/incident.py:refit_one_weight", "--kwargs", "{oops"], "--kwargs is not valid JSON"),
+    (["run", "examples/incident.py:refit_one_weight", "--delay-op", "0,1"], "--delay-op expects RANK,STREAM,SEQ,NS"),
+    (["run", "no_such_script.py"], "no such script"),
+    (["run", "no_such_module_xyz:fn"], "cannot import module 'no_such_module_xyz'"),
+    (["hunt", "--seeds", "0"], "expected a positive integer, got 0"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_input_is_one_line_and_status_2(args, message):
+    out = _simdist(*args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_bench_works_from_a_non_editable_install(tmp_path):
+    # a wheel-style copy of the project (not the editable checkout): the bench command comes from the installed
+    # simdist.benchmarks package through the simdist.commands entry point, and its code runs
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target",
+                    str(target), ROOT], check=True, capture_output=True, timeout=300)
+    assert (target / "simdist" / "benchmarks" / "__main__.py").exists()
+    env = dict(os.environ, PYTHONPATH=str(target))
+    code = ("import simdist, simdist.benchmarks.__main__ as b, sys; "
+            "assert simdist.__file__.startswith(sys.argv[1]), simdist.__file__; "
+            "print('per-op us', round(b.per_op_us(n_ops=200, reps=1), 1))")
+    out = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0 and "per-op us" in out.stdout, out.stderr
+    helped = subprocess.run([sys.executable, "-m", "simdist", "bench", "--help"], capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=300)
+    assert helped.returncode == 0 and "--quick" in helped.stdout, helped.stderr
