@@ -1,0 +1,41 @@
+"""Launcher of the gloo tier (tests/test_real_libs.py): runs a script of this folder as `__main__`, as
+`torchrun ... SCRIPT.py` would, with two harness-side additions that the scripts themselves do not contain.
+
+    torchrun --standalone --nproc-per-node=N tests/real_libs/_launch.py [--serial-cuda] SCRIPT.py [ARGS...]
+
+--serial-cuda  installs _serial_cuda.py's stand-in for the CUDA calls Megatron-Core hard-codes (CPU-only machine).
+
+After the script returns, the launcher collects garbage before the interpreter finalizes. torch 2.13's
+ProcessGroupGloo keeps its worker threads (`pt_gloo_runloop`) until the group object dies; DDP, FSDP2 and DeviceMesh
+hold the group from inside reference cycles, so after `destroy_process_group()` the threads live on into
+`Py_FinalizeEx`, where one that needs the GIL is made to exit and the process aborts ("terminate called without an
+active exception", SIGABRT; measured on this machine in about 1 run in 3 of torch_ddp.py, fsdp2_fully_shard.py and
+dtensor_tp_plan.py, never with the collection). Collecting the cycles first lets the group's destructor join its
+threads while the interpreter is whole.
+"""
+
+import gc
+import os
+import runpy
+import sys
+
+
+def main():
+    args = sys.argv[1:]
+    if args and args[0] == "--serial-cuda":
+        args = args[1:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import _serial_cuda
+
+        _serial_cuda.install()
+    if not args:
+        sys.exit("usage: _launch.py [--serial-cuda] SCRIPT.py [ARGS...]")
+    script = os.path.abspath(args[0])
+    sys.argv = args
+    sys.path.insert(0, os.path.dirname(script))
+    runpy.run_path(script, run_name="__main__")
+    gc.collect()
+
+
+if __name__ == "__main__":
+    main()
