@@ -25,6 +25,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -47,7 +48,8 @@ SCRIPTS = {  # name: world size
     "torch_ddp": 2,
 }
 MEGATRON = {name for name in SCRIPTS if name.startswith("megatron_")}
-TIMEOUT_S = 600
+TIMEOUT_S = 600  # gloo tier (torchrun); a simdist run gets SIMDIST_TIMEOUT_S
+SIMDIST_TIMEOUT_S = 180  # x 12 simdist-tier runs: bounded well inside CI's 90 minutes even if each hung
 LOSS_RTOL = 1e-5
 CHECKSUM_TOL = 1e-5
 
@@ -84,6 +86,20 @@ def _env():
     return env
 
 
+def _run(cmd, timeout):
+    """subprocess.run in a session of its own: on a timeout the whole process group (torchrun's ranks too) is
+    killed, then the test fails naming the command."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=HERE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _results(stdout):
     """The `RESULT {json}` lines of all ranks, ordered by rank."""
     found = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if line.startswith("RESULT ")]
@@ -99,7 +115,7 @@ def run_gloo(name, tmp_path):
     if name in MEGATRON:
         cmd.append("--serial-cuda")
     cmd.append(os.path.join(LIBS, f"{name}.py"))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(), cwd=HERE)
+    proc = _run(cmd, TIMEOUT_S)
     stdout = {}
     for root, _dirs, files in os.walk(log_dir):
         for f in files:
@@ -117,7 +133,7 @@ def run_simdist(name, no_wait_patch=None):
            str(SCRIPTS[name])]
     if no_wait_patch:
         cmd += ["--no-wait", no_wait_patch]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=_env(), cwd=HERE)
+    proc = _run(cmd, SIMDIST_TIMEOUT_S)
     summary = [line for line in proc.stdout.splitlines() if line.startswith("SIMDIST ")]
     if proc.returncode != 0 or not summary:
         pytest.fail(f"simdist run of {name} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")

@@ -108,31 +108,69 @@ _THE_STREAM = _Stream()
 _GENERATOR = torch.Generator()
 
 
-def _rng_set_state(state, device=None):
-    _GENERATOR.set_state(state)
+def current_device():
+    return 0
+
+
+def device_count():
+    return 1
+
+
+def set_device(device):
+    pass
+
+
+def synchronize(device=None):
+    pass
+
+
+def empty_cache():
+    pass
+
+
+def current_stream(device=None):
+    return _THE_STREAM
+
+
+def default_stream(device=None):
+    return _THE_STREAM
+
+
+def stream(stream=None):
+    return contextlib.nullcontext()
+
+
+def get_rng_state(device="cuda"):
+    return _GENERATOR.get_state()
+
+
+def set_rng_state(new_state, device="cuda"):
+    _GENERATOR.set_state(new_state)
+
+
+def manual_seed(seed):
+    _GENERATOR.manual_seed(seed)
+
+
+def manual_seed_all(seed):
+    _GENERATOR.manual_seed(seed)
+
+
+def _lazy_call(callable, **kwargs):
+    # torch.cuda._lazy_call queues callbacks until CUDA initializes, which never happens here: run them now
+    callable()
 
 
 def install():
     """Answers torch.cuda's device, stream, event and RNG calls for a CPU process; leaves is_available False."""
     assert not torch.cuda.is_available(), "the serial stand-in is for CPU-only machines"
     cuda = torch.cuda
-    cuda.current_device = lambda: 0
-    cuda.device_count = lambda: 1
-    cuda.set_device = lambda device: None
-    cuda.synchronize = lambda device=None: None
-    cuda.empty_cache = lambda: None
+    for fn in (current_device, device_count, set_device, synchronize, empty_cache, current_stream, default_stream,
+               stream, get_rng_state, set_rng_state, manual_seed, manual_seed_all, _lazy_call):
+        setattr(cuda, fn.__name__, fn)
     cuda.Stream = _Stream
     cuda.Event = _Event
-    cuda.current_stream = lambda device=None: _THE_STREAM
-    cuda.default_stream = lambda device=None: _THE_STREAM
-    cuda.stream = lambda stream=None: contextlib.nullcontext()
-    cuda.get_rng_state = lambda device="cuda": _GENERATOR.get_state()
-    cuda.set_rng_state = _rng_set_state
-    cuda.manual_seed = lambda seed: _GENERATOR.manual_seed(seed)
-    cuda.manual_seed_all = lambda seed: _GENERATOR.manual_seed(seed)
     cuda.default_generators = (_GENERATOR,)
-    cuda.random.get_rng_state = cuda.get_rng_state
-    cuda.random.set_rng_state = cuda.set_rng_state
-    # torch.cuda._lazy_call queues callbacks until CUDA initializes, which never happens here: run them now
-    cuda._lazy_call = lambda callable, **kwargs: callable()
+    cuda.random.get_rng_state = get_rng_state
+    cuda.random.set_rng_state = set_rng_state
     _CudaIsTheCpu().__enter__()
