@@ -21,7 +21,7 @@ weight by lr * m / sqrt(v), where relative grad errors of ~1e-6 stay ~1e-6 of lr
   all-reduce or a skipped step changes them by 1e-2 or more.
 """
 
-import importlib
+import importlib.util
 import json
 import os
 import re
@@ -55,11 +55,10 @@ CHECKSUM_TOL = 1e-5
 
 
 def _have_megatron():
-    try:
-        importlib.import_module("megatron.core")
+    try:  # found, not imported: importing megatron.core costs seconds at every collection
+        return importlib.util.find_spec("megatron.core") is not None
     except ImportError:
         return False
-    return True
 
 
 HAVE_MEGATRON = _have_megatron()
@@ -101,8 +100,13 @@ def _run(cmd, timeout):
 
 
 def _results(stdout):
-    """The `RESULT {json}` lines of all ranks, ordered by rank."""
-    found = [json.loads(line.split("RESULT ", 1)[1]) for line in stdout.splitlines() if line.startswith("RESULT ")]
+    """The `RESULT {json}` records of all ranks, ordered by rank. Parsed wherever they start, not per line: ranks
+    printing to one stream (simdist's rank threads or processes) may interleave the text around a record."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := stdout.find("RESULT {", at)) >= 0:
+        record, end = decoder.raw_decode(stdout, at + len("RESULT "))
+        found.append(record)
+        at = end
     return sorted(found, key=lambda r: r["rank"])
 
 
@@ -203,6 +207,38 @@ def test_references_move_beyond_the_tolerances():
             scale = w0.abs().sum().item()
             moved = max(abs(a - b) for a, b in zip(reference.checksum(w), reference.checksum(w0)))
             assert moved > 100 * CHECKSUM_TOL * scale, (name, pname, moved, scale)
+
+
+def _perfect_results(name, sharding):
+    """RESULT records a correct run would print, made from the reference (TP2 x DP2 layout for Megatron)."""
+    ref = reference.REFERENCES[name]()
+    out = []
+    for rank in range(SCRIPTS[name]):
+        tp, dp = rank % 2, rank // 2
+        params = {}
+        for pname, full in ref["weights"].items():
+            shard = None if sharding.get(pname) is None else [sharding[pname], tp, 2]
+            params[pname] = {"shard": shard, "checksum": reference.expected_checksum(full, shard)}
+        out.append({"rank": rank, "tp_rank": tp, "dp_rank": dp, "losses": [s[dp] for s in ref["losses"]],
+                    "grad_norms": list(ref["grad_norms"]), "params": params})
+    return out
+
+
+def test_value_check_rejects_wrong_shards_and_values():
+    """The checker itself: exact results pass; a swapped TP shard, a loss off by 1e-4 or a rank missing fail."""
+    name = "megatron_tp2_dp2_ddp"
+    sharding = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1, "fc2.bias": None, "head.weight": 0}
+    assert max(deviations(name, _perfect_results(name, sharding)).values()) < 1e-12
+    swapped = _perfect_results(name, sharding)
+    swapped[0]["params"]["fc2.weight"]["shard"][1] = 1  # rank 0 claims the other half of the row-parallel weight
+    with pytest.raises(AssertionError):
+        deviations(name, swapped)
+    off = _perfect_results(name, sharding)
+    off[3]["losses"][1] *= 1 + 1e-4
+    with pytest.raises(AssertionError):
+        deviations(name, off)
+    with pytest.raises(AssertionError):
+        deviations(name, _perfect_results(name, sharding)[:3])
 
 
 # --------------------------------------------------------------------------------------------------- simdist tier
