@@ -5,6 +5,9 @@
 - fixture `simdist_run`: `simdist_run(fn, **overrides)` runs fn in a simulated world with those defaults
   and remembers the result; when the test fails, the report ends with a one-line replay command.
 - fixture `simdist_world`: the defaults as a dict (world_size, seed, nccl).
+- marker `fuzz(cost=N)` (set by `simdist.properties.fuzz`): a property test of the fuzz campaign (`ci/fuzz`
+  selects `-m fuzz`); with SIMDIST_FUZZ_LOG set, the collected properties and their costs are written to that log
+  first, so the campaign's summary can print each one's budget under every profile.
 """
 from __future__ import annotations
 
@@ -20,12 +23,28 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "simdist(world_size=1, nccl=None, seed=None): simulated-world defaults")
+    config.addinivalue_line("markers", "fuzz(cost=1): a Hypothesis property of the fuzz campaign; its example budget "
+                                       "is the profile's for that cost (simdist.properties.fuzz)")
     prof = config.getoption("--simdist-profile", default=None)
     try:
         from simdist.properties.settings import load_profile
         load_profile(prof)
     except ImportError:
         pass
+
+
+def pytest_collection_finish(session):
+    import os
+    path = os.environ.get("SIMDIST_FUZZ_LOG")
+    if not path:
+        return
+    import json
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        for item in session.items:  # after -m / -k deselection
+            m = item.get_closest_marker("fuzz")
+            if m is not None:
+                f.write(json.dumps({"manifest": True, "test": item.nodeid, "cost": m.kwargs.get("cost", 1)}) + "\n")
 
 
 @pytest.fixture

@@ -1,0 +1,401 @@
+"""The fuzz campaign's programs, example log and summary, and the measure of the fuzzer (time to find).
+
+- `refit_case(**case)`: one rank of the fakes' GRPO refit loop for a case of `strategies.refit_cases()`
+  (JSON keyword arguments, so `RunResult.replay` is a command that runs it again);
+- `incident_kernel(**case)`: the incident's kernel (FP8 shards dequantized, then TP-gathered) with one of its
+  syncs, or without it (`drop=True`), for a case of `strategies.kernel_cases()`; `kernel_reference` is its
+  answer computed on the CPU;
+- `record(...)`: with SIMDIST_FUZZ_LOG set, every example a property runs is appended to that JSON-lines file
+  (what `ci/fuzz` summarizes: configurations and schedules explored, failures and their replay commands);
+- `python -m simdist.properties.campaign summary DIR`: the summary of a campaign's logs;
+- `time_to_find(...)` / `measure(...)`: for each fault switch of the fakes and each sync of the incident kernel,
+  examples and seconds to the first failure from an empty database, and the shrunk example.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+from typing import List, Optional
+
+LOG_ENV = "SIMDIST_FUZZ_LOG"
+TRACE_ENV = "SIMDIST_TRACE_DIR"
+
+
+# ================================================================================================ programs
+def world_of(case) -> int:
+    if "world" in case:
+        return int(case["world"])
+    return int(case["tp"]) * int(case["pp"]) * int(case["dp"])
+
+
+def program_kwargs(case) -> dict:
+    """The program's keyword arguments: the case less what `simdist.run` takes itself (world size, NCCL)."""
+    return {k: v for k, v in case.items() if k not in ("nccl", "world", "dp")}
+
+
+def refit_config(recipe="bf16", fp8_param=False, shape=None):
+    from simdist.fakes.megatron_core import TransformerConfig
+    return TransformerConfig(**(shape or {}), fp8_recipe=recipe, fp8_param=bool(fp8_param))
+
+
+def refit_case(tp=1, pp=1, ep=1, recipe="bf16", fp8_param=False, shape=None, steps=2, refit="colocated",
+               overlap_param_gather=True, group_bytes=1 << 20, faults=()):
+    """One rank of `simdist.fakes.nemo_rl.grpo_refit_loop` (DP = world / (TP x PP)); per step: the HF names whose
+    refitted weight differs from the no-parallelism reference, names holding NaN, the weights' digest and
+    token_mult_prob_error."""
+    from simdist.fakes import nemo_rl
+    recs = nemo_rl.grpo_refit_loop(refit_config(recipe, fp8_param, shape), tp=tp, pp=pp, ep=ep, steps=steps,
+                                   faults=frozenset(faults), refit=refit, overlap_param_gather=overlap_param_gather,
+                                   group_bytes=group_bytes)
+    return [{"step": r["step"], "mismatched": list(r["mismatched"]), "nan_weights": list(r["nan_weights"]),
+             "digest": r["digest"], "metric": r["token_mult_prob_error"]} for r in recs]
+
+
+def _quantizer(recipe, block, device):
+    from simdist.fakes import transformer_engine as te
+    e4m3 = te.TE_DType.kFloat8E4M3
+    if recipe == "per-tensor":
+        return te.Float8CurrentScalingQuantizer(e4m3, device, rowwise=True, columnwise=False)
+    if recipe == "mxfp8":
+        return te.MXFP8Quantizer(e4m3, rowwise=True, columnwise=False)
+    return te.Float8BlockQuantizer(e4m3, rowwise=True, columnwise=False, force_pow_2_scales=recipe.endswith("pow2"),
+                                   block_scaling_dim=1 if tuple(block or (128, 128))[0] == 1 else 2)
+
+
+def _shard(rank, i, rows, cols):
+    import torch
+    g = torch.Generator().manual_seed(7919 * rank + 104729 * i + 17)
+    return torch.randn(rows, cols, generator=g).to(torch.bfloat16)
+
+
+def incident_kernel(sync="wait_stream", drop=False, recipe="blockwise-fp32", block=(128, 128), rows=256, cols=256,
+                    weights=2):
+    """The incident in one kernel, as torchrun code: this rank's FP8 weight shards (TE fake, `recipe`/`block`) are
+    dequantized and TP-gathered with `all_gather_into_tensor`, each gathered weight then read by a consumer.
+
+    The dequantize runs on a side stream that waits once for the parameters, ordered before the gather by
+    `sync` (with `record_stream` so its block is not reused early): `wait_stream`, `wait_event` (an event recorded
+    after the dequantize), `synchronize` (`torch.cuda.synchronize()`), `record_stream` (wait_stream, and the
+    record_stream is the sync under test), or `work.wait` (dequantize on the current stream, async gather, the
+    consumer after `work.wait()`). `drop=True` removes that one sync: the mutant.
+    """
+    import torch
+    import torch.distributed as dist
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    cur = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+    q = _quantizer(recipe, block, dev)
+    params = [q(_shard(rank, i, rows, cols).to(dev)) for i in range(weights)]
+    side.wait_stream(cur)
+    outs = []
+    for p in params:
+        if sync == "work.wait":
+            w = p.dequantize(dtype=torch.bfloat16)
+        else:
+            with torch.cuda.stream(side):
+                w = p.dequantize(dtype=torch.bfloat16)
+                ev = torch.cuda.Event()
+                ev.record()
+            if sync == "synchronize":
+                if not drop:
+                    torch.cuda.synchronize()
+            elif sync == "wait_event":
+                if not drop:
+                    cur.wait_event(ev)
+            elif not (sync == "wait_stream" and drop):
+                cur.wait_stream(side)
+            if not (sync == "record_stream" and drop):
+                w.record_stream(cur)
+        full = torch.empty(ws * rows, cols, dtype=torch.bfloat16, device=dev)
+        work = dist.all_gather_into_tensor(full, w, async_op=sync == "work.wait")
+        if sync == "work.wait" and not drop:
+            work.wait()
+        outs.append(full * 1)  # the consumer (a GEMM in the real stack)
+        if sync == "work.wait" and drop:
+            work.wait()
+        del w
+    return outs
+
+
+@functools.lru_cache(maxsize=256)
+def _kernel_reference(recipe, block, rows, cols, weights, world):
+    import torch
+    q = _quantizer(recipe, block, torch.device("cpu"))
+    return tuple(torch.cat([q(_shard(r, i, rows, cols)).dequantize(dtype=torch.bfloat16) for r in range(world)])
+                 for i in range(weights))
+
+
+def kernel_reference(case):
+    """The gathered weights computed on the CPU with no parallelism and no streams."""
+    return _kernel_reference(case["recipe"], tuple(case["block"]) if case.get("block") else None, case["rows"],
+                             case["cols"], case["weights"], world_of(case))
+
+
+# ================================================================================================ example log
+def describe(case) -> str:
+    """A short configuration key (what `ci/fuzz` counts as a configuration)."""
+    if "sync" in case:
+        blk = "x".join(map(str, case["block"])) if case.get("block") else "tensor"
+        return (f"kernel ws{case['world']} {case['sync']}{' dropped' if case.get('drop') else ''} {case['recipe']} "
+                f"{blk} {case['rows']}x{case['cols']} w{case['weights']} nccl{case['nccl']}")
+    s = case.get("shape") or {}
+    moe = f" moe{s['num_moe_experts']}" if s.get("num_moe_experts") else ""
+    return (f"TP{case['tp']} PP{case['pp']} DP{case['dp']} EP{case['ep']} {case['recipe']}"
+            f"{' fp8_param' if case['fp8_param'] else ''} h{s.get('hidden_size')} f{s.get('ffn_hidden_size')} "
+            f"L{s.get('num_layers')} heads{s.get('num_attention_heads')}/{s.get('num_query_groups')}{moe} "
+            f"steps{case['steps']} {case['refit']}{' overlap' if case['overlap_param_gather'] else ''} "
+            f"g{case['group_bytes']} nccl{case['nccl']}" + (f" faults={','.join(case['faults'])}"
+                                                            if case.get("faults") else ""))
+
+
+def current_test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+
+
+def record(prop, case, schedule, ok, *, failure=None, replay=None, trace=None, final=False, world=None):
+    """Append one example to $SIMDIST_FUZZ_LOG (no-op when unset)."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    line = {"t": time.time(), "pid": os.getpid(), "test": current_test(), "property": prop,
+            "config": describe(case), "case": case, "schedule": str(schedule) if schedule is not None else None,
+            "nonzero_delays": getattr(schedule, "nonzero_delays", None), "world": world, "ok": ok, "final": final}
+    if not ok:
+        line.update(failure=(failure or "")[:2000], replay=replay, trace=trace)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(line, default=str) + "\n")
+
+
+def read_log(path) -> List[dict]:
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                out.append(json.loads(line))
+    return out
+
+
+# ================================================================================================ campaign summary
+def summarize(log_dir, profile=None, out=sys.stdout) -> int:
+    """Print a campaign's summary from its worker logs (worker-*.jsonl) and pytest outputs (worker-*.out):
+    configurations and schedules explored, examples per property against the profile budgets (ci vs this one),
+    failures with their replay commands, traces and Hypothesis reproduce blobs. Returns the number of failing
+    properties."""
+    import glob
+    import re
+
+    from .settings import budget_for, current_profile_name
+    profile = profile or current_profile_name()
+    logs = sorted(glob.glob(os.path.join(log_dir, "worker-*.jsonl")))
+    lines = [r for p in logs for r in read_log(p)]
+    costs = {r["test"]: r["cost"] for r in lines if r.get("manifest")}
+    rows = [r for r in lines if not r.get("manifest")]
+    configs = {r["config"] for r in rows}
+    schedules = {r["schedule"] for r in rows}
+    pairs = {(r["config"], r["schedule"]) for r in rows}
+    w = out.write
+    w(f"\nsimdist fuzz summary: {len(logs)} worker log(s) in {log_dir}, profile {profile}\n")
+    w(f"  examples run: {len(rows)} (shrinking and database replays included); configurations explored: "
+      f"{len(configs)}; schedules explored: {len(schedules)} distinct, {len(pairs)} (configuration, schedule) "
+      f"pairs\n")
+    by_test = {}
+    for r in rows:
+        by_test.setdefault(r["test"] or r["property"], []).append(r)
+    w(f"\n  examples per property (all workers) and each profile's budget per worker (ci is CI's):\n")
+    w(f"  {'property':<64} {'run':>7} {'ci':>5} {profile:>8} {'ratio':>6}\n")
+    for name in sorted(set(costs) | set(by_test)):
+        n = len(by_test.get(name, []))
+        cost = costs.get(name)
+        if cost is None:
+            w(f"  {name[-64:]:<64} {n:>7} {'?':>5} {'?':>8}\n")
+            continue
+        ci, this = budget_for("ci", cost), budget_for(profile, cost)
+        w(f"  {name[-64:]:<64} {n:>7} {ci:>5} {this:>8} {this / ci:>5.0f}x\n")
+    fails = [r for r in rows if not r["ok"]]
+    failing = sorted({r["test"] or r["property"] for r in fails})
+    w(f"\n  failures: {len(failing)} failing propert{'y' if len(failing) == 1 else 'ies'} ({len(fails)} failing "
+      f"examples, shrinking included)\n")
+    for t in failing:
+        mine = [r for r in fails if (r["test"] or r["property"]) == t]
+        finals = [r for r in mine if r.get("final")]
+        r = (finals or mine)[-1]
+        w(f"  - {t}\n      {'shrunk to' if finals else 'last failing example'}: {r['config']} | {r['schedule']}\n")
+        first = (r.get("failure") or "").splitlines()
+        if len(first) > 1:
+            w(f"      {first[1].strip()[:150]}\n")
+        w(f"      replay: {r.get('replay')}\n")
+        if r.get("trace"):
+            w(f"      trace:  {r['trace']}\n")
+    for p in sorted(glob.glob(os.path.join(log_dir, "worker-*.out"))):
+        with open(p, errors="replace") as f:
+            for m in re.finditer(r"@reproduce_failure\([^)]*\)", f.read()):
+                w(f"  hypothesis reproduce blob ({os.path.basename(p)}): {m.group(0)}\n")
+    return len(failing)
+
+
+# ================================================================================================ time to find
+class _Stop(BaseException):
+    """Ends a measured Hypothesis run past its time budget (a BaseException: not a failure to shrink)."""
+
+
+def time_to_find(check, cases, schedules, *, seed=0, find_s=120.0, shrink_s=90.0, max_examples=100_000):
+    """Run `check(case, schedule)` under Hypothesis from an empty database until the first failure (at most
+    `find_s` seconds), then let Hypothesis shrink it (at most `shrink_s` seconds).
+
+    Returns dict(found, examples, seconds: to the first failure; shrunk case and schedule, shrink_seconds, calls:
+    test-function calls in all, shrink_complete: False when the shrink budget cut shrinking short, in which case
+    the smallest failing example seen is reported).
+    """
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis.database import InMemoryExampleDatabase
+
+    state = {"calls": 0, "first": None, "first_calls": None, "fails": {}, "last_fail": None, "final": None}
+    t0 = time.perf_counter()
+
+    @settings(database=InMemoryExampleDatabase(), max_examples=max_examples, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
+              phases=(Phase.generate, Phase.target, Phase.shrink))
+    @hseed(seed)
+    @given(cases, schedules)
+    def test(case, schedule):
+        from hypothesis.control import current_build_context
+        key = json.dumps([case, schedule.to_json()], sort_keys=True, default=str)
+        final = current_build_context().is_final
+        if key in state["fails"]:
+            if final:
+                state["final"] = (case, schedule)
+            raise state["fails"][key]
+        now = time.perf_counter()
+        if state["first"] is None and now - t0 > find_s:
+            raise _Stop()
+        if state["first"] is not None and now - state["first"] > shrink_s:
+            raise _Stop()
+        state["calls"] += 1
+        try:
+            check(case, schedule)
+        except Exception as e:  # noqa: BLE001 - every failure of the property counts
+            if state["first"] is None:
+                state["first"], state["first_calls"] = time.perf_counter(), state["calls"]
+            state["fails"][key] = e
+            state["last_fail"] = (case, schedule, e)
+            if final:
+                state["final"] = (case, schedule)
+            raise
+
+    complete = True
+    try:
+        test()
+    except _Stop:
+        complete = False
+    except Exception:  # noqa: BLE001 - the expected end: Hypothesis re-raises the shrunk failure
+        pass
+    end = time.perf_counter()
+    if state["first"] is None:
+        return {"found": False, "examples": state["calls"], "seconds": end - t0, "calls": state["calls"]}
+    case, schedule = state["final"] or state["last_fail"][:2]
+    err = state["fails"][json.dumps([case, schedule.to_json()], sort_keys=True, default=str)]
+    return {"found": True, "examples": state["first_calls"], "seconds": state["first"] - t0, "case": case,
+            "schedule": schedule, "failure": str(err).splitlines()[0][:200] if str(err) else type(err).__name__,
+            "shrink_seconds": end - state["first"], "calls": state["calls"], "shrink_complete": complete,
+            "error": err}
+
+
+def measure(targets=None, *, seed=0, find_s=120.0, shrink_s=90.0, progress=True):
+    """The time-to-find table: one row per fault switch of the fakes (read from FAULTS now) and per sync of the
+    incident kernel. For each, two searches from an empty database: the first hazard report (detection, the
+    `refit_equals_reference` / `kernel_matches_reference` property) and the first damaged values (the same
+    property without its hazard check: what a fuzzer without simdist's detector, e.g. on GPUs, would need)."""
+    from simdist.fakes.megatron_core import FAULTS
+
+    from . import checks
+    from . import strategies as S
+    rows = []
+    if targets is None:
+        targets = [("fault", f) for f in sorted(FAULTS)] + [("sync", s) for s in S.SYNCS]
+    for kind, name in targets:
+        if kind == "fault":
+            cases = S.refit_cases(faults=frozenset([name]))
+            detect = functools.partial(checks.refit_equals_reference, record_as=None)
+            damage = functools.partial(checks.refit_equals_reference, hazards=False, record_as=None)
+        else:
+            cases = S.kernel_cases(drop=name, syncs=(name,))
+            detect = functools.partial(checks.kernel_matches_reference, record_as=None)
+            damage = functools.partial(checks.kernel_matches_reference, hazards=False, record_as=None)
+        row = {"kind": kind, "name": name}
+        for what, check in (("detect", detect), ("damage", damage)):
+            t = time.perf_counter()
+            r = time_to_find(check, cases, S.run_schedules(), seed=seed, find_s=find_s, shrink_s=shrink_s)
+            r.pop("error", None)
+            row[what] = r
+            if progress:
+                sys.stderr.write(f"  fuzz {kind} {name:<32} {what:<6} "
+                                 + (f"found after {r['examples']} examples, {r['seconds']:.1f} s; shrunk to "
+                                    f"{describe(r['case'])} | {r['schedule']} ({time.perf_counter() - t:.0f} s)\n"
+                                    if r["found"] else f"NOT found in {r['examples']} examples, "
+                                                       f"{r['seconds']:.0f} s\n"))
+        rows.append(row)
+    return rows
+
+
+def format_table(rows) -> str:
+    """The README's markdown table of `measure` rows."""
+    out = ["| target | first hazard report: examples, s | first damaged values: examples, s | shrunk damaging "
+           "example: configuration | schedule (non-zero delays) | world |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        d, g = r["detect"], r["damage"]
+
+        def cell(x):
+            return f"{x['examples']}, {x['seconds']:.1f} s" if x["found"] else \
+                f"not found ({x['examples']} examples, {x['seconds']:.0f} s)"
+        shrunk = g if g["found"] else d
+        if shrunk["found"]:
+            sch = shrunk["schedule"]
+            nz = sch.nonzero_delays
+            cfg = describe(shrunk["case"]) + ("" if shrunk["shrink_complete"] else " (shrink budget hit)")
+            sched = f"{sch} ({nz if nz is not None else 'every op perturbed'})"
+            world = world_of(shrunk["case"])
+        else:
+            cfg, sched, world = "-", "-", "-"
+        label = f"fault `{r['name']}`" if r["kind"] == "fault" else f"kernel without `{r['name']}`"
+        out.append(f"| {label} | {cell(d)} | {cell(g)} | {cfg} | {sched} | {world} |")
+    return "\n".join(out)
+
+
+def _main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m simdist.properties.campaign")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summary", help="summarize a campaign's worker logs")
+    s.add_argument("log_dir")
+    s.add_argument("--profile", default=None)
+    m = sub.add_parser("measure", help="the time-to-find table")
+    m.add_argument("--only", default=None, help="comma-separated fault switches / syncs")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--find-s", type=float, default=120.0)
+    m.add_argument("--shrink-s", type=float, default=90.0)
+    m.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "summary":
+        return 1 if summarize(a.log_dir, a.profile) else 0
+    from . import strategies as S
+    targets = None
+    if a.only:
+        names = a.only.split(",")
+        targets = [("sync" if n in S.SYNCS else "fault", n) for n in names]
+    rows = measure(targets, seed=a.seed, find_s=a.find_s, shrink_s=a.shrink_s)
+    print(format_table(rows))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

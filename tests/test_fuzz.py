@@ -1,0 +1,71 @@
+"""The fuzz campaign's properties over the refit stack's whole space (fakes) and the incident kernel.
+
+Budgets come from the Hypothesis profile (`ci`: small, derandomized; `dev`; `nightly`: 100x `ci`, with the
+shared example database): `@P.fuzz(cost=N)` declares what one example costs, never how many to run.
+`bash ci/fuzz` runs these on every core with the `nightly` profile. Environment knobs of a campaign:
+
+- SIMDIST_FUZZ_PLANT=name[,name]: plant fault switches of the fakes (`simdist.fakes.megatron_core.FAULTS`) into the
+  refit properties, or drop syncs of the incident kernel (`simdist.properties.SYNCS`): a mutant campaign, to see
+  the fuzzer find a known bug (the time-to-find benchmark does this for each one);
+- SIMDIST_FUZZ_MAX_WORLD: the largest simulated world drawn (default 8).
+"""
+import os
+
+from hypothesis import given
+
+import simdist.properties as P
+
+
+def _plant():
+    from simdist.fakes.megatron_core import FAULTS
+    names = [n for n in os.environ.get("SIMDIST_FUZZ_PLANT", "").split(",") if n]
+    unknown = sorted(set(names) - set(FAULTS) - set(P.SYNCS))
+    if unknown:
+        raise ValueError(f"SIMDIST_FUZZ_PLANT: unknown {unknown}; fault switches {sorted(FAULTS)}, syncs {P.SYNCS}")
+    drops = [n for n in names if n in P.SYNCS]
+    return frozenset(n for n in names if n in FAULTS), (drops[0] if drops else None)
+
+
+FAULTS, DROP = _plant()
+MAX_WORLD = int(os.environ.get("SIMDIST_FUZZ_MAX_WORLD", "8"))
+
+
+@P.fuzz(cost=5)
+@given(case=P.refit_cases(max_world=MAX_WORLD, faults=FAULTS), schedule=P.run_schedules())
+def test_refit_equals_reference(case, schedule):
+    """TP / PP / EP / DP, every recipe, FP8 params on/off, uneven and MoE shapes, 1-3 GRPO steps, colocated or
+    broadcast refit, NCCL 2.7 / 2.8, choice / PCT / jitter schedules: every rank's refitted weights equal the
+    no-parallelism reference at every step, no hazard, token_mult_prob_error in [1, 1.05)."""
+    P.refit_equals_reference(case, schedule)
+
+
+@P.fuzz(cost=10)
+@given(case=P.refit_cases(max_world=MAX_WORLD, faults=FAULTS), schedule=P.run_schedules())
+def test_refit_is_deterministic(case, schedule):
+    """The same case and schedule twice: the same digest (trace, hazards, values)."""
+    P.refit_deterministic(case, schedule)
+
+
+@P.fuzz(cost=10)
+@given(case=P.refit_cases(max_world=MAX_WORLD, faults=P.fault_sets()), schedule=P.run_schedules())
+def test_hazard_free_refits_are_schedule_free(case, schedule):
+    """Over fault sets: a run without a hazard computes what the quiet schedule computes, so a schedule damages
+    values only through a reported hazard (the detector's promise, checked on the whole stack)."""
+    P.schedule_free_without_hazards(case, schedule)
+
+
+@P.fuzz(cost=2)
+@given(case=P.kernel_cases(max_world=MAX_WORLD, drop=DROP), schedule=P.run_schedules())
+def test_incident_kernel_matches_reference(case, schedule):
+    """The incident's dequantize-then-gather kernel with its sync, over block shapes (128x128, 1x128, 1x32,
+    per-tensor), uneven shard shapes, 1-8 ranks and both NCCL profiles: bit-exact and no hazard."""
+    P.kernel_matches_reference(case, schedule)
+
+
+@P.fuzz(cost=2)
+@given(case=P.kernel_cases(max_world=MAX_WORLD), schedule=P.run_schedules())
+def test_each_dropped_sync_is_reported(case, schedule):
+    """The detector on mutants: with its sync dropped, the kernel reports a hazard wherever the pair the sync
+    ordered exists: everywhere for wait_stream / wait_event / synchronize / work.wait; for record_stream only when
+    a later weight can reuse the freed block and the gather does not record its input itself (NCCL 2.7 does)."""
+    P.dropped_sync_is_reported(case, schedule)
