@@ -3,10 +3,11 @@
 Mirrors ``src/megatron/bridge/models/conversion/param_mapping.py`` and ``model_bridge.py`` (names and call
 contracts; no code copied). Per parameter ("conversion task"), in this order:
 
-1. PP broadcast from the owning stage (``broadcast_from_pp_rank``). Skipped when PP=1. The first export
-   ``all_gather_object``-s (shape, dtype, tensor_model_parallel, partition_dim[, FP8 recipe]) over the PP group;
-   the result is cached per task. Non-owners allocate ``torch.empty`` (a quantized tensor of the owner's recipe
-   for FP8 params: its raw buffers travel) and receive ``broadcast(src=owner)``.
+1. PP broadcast from the owning stage (``broadcast_from_pp_rank``, Bridge 0.3.1 ``param_mapping.py`` 293-373).
+   Skipped when PP=1. The first export ``all_gather_object``-s (shape, dtype, tensor_model_parallel,
+   partition_dim) over the PP group, cached per task; non-owners allocate a plain ``torch.empty`` of that shape
+   and dtype and receive ``broadcast(src=owner)``; an FP8 owner passes its TE tensor as is, which TE's
+   ``__torch_dispatch__`` turns into a broadcast of a dequantized temporary (bf16 values arrive).
 2. Dequantize if the weight is a TE ``QuantizedTensor``: ``t.dequantize(dtype=t.dtype)`` on the current stream.
    QKV is the exception: it is dequantized on the owner first, before the PP step.
 3. TP gather with the list form ``all_gather([empty_like(t)] * n, t, group=tp)``, ``async_op=False``.
@@ -14,43 +15,28 @@ contracts; no code copied). Per parameter ("conversion task"), in this order:
    per shard into [gate; up].
 5. EP gather for expert weights (``all_gather`` over the EP group); HF expert id = local + experts_per_rank x ep_rank.
 
-There is no stream, event or synchronize anywhere in this path (as in the real code) unless a fault asks
-for one. Every rank walks the same list of tasks (global names over all PP stages, sorted), so collectives
+There is no stream, event or synchronize anywhere in this path (as in the real code) unless a fault or a fix
+asks for one. Every rank walks the same list of tasks (global names over all PP stages, sorted), so collectives
 match; with EP each rank's list names its own experts at the same positions (as in Megatron-Bridge).
 ``AutoMapping`` picks column/row/replicated from the parameter name (the real one asks the module class and
 broadcasts the answer over PP; the name rule gives the same answer here without the object collective).
 
-Fault switches (all off by default; pass ``faults=`` to ``MegatronModelBridge``, ``GPTModel`` or
-``fakes.nemo_rl.grpo_refit_loop``). Each drops ONE real ordering edge (or data path) of the stack:
+Fault switches that act here (``faults=`` of ``MegatronModelBridge``, ``GPTModel`` or
+``fakes.nemo_rl.grpo_refit_loop``; each drops one ordering edge; where it lives in the real code, or that it is
+hypothetical, is ``simdist.properties.hunt.CANDIDATES``):
 
-| switch | what it does | the ordering edge it drops | where it would live in the real stack |
-|---|---|---|---|
-| ``dequant_side_stream`` | blockwise FP8 ``dequantize`` runs on a side stream (which waits once for the params); the consumer (TP all-gather, EP gather, PP broadcast, or the refit's pack copy at TP=1) runs on the current / NCCL stream without waiting | dequantize output -> consumer collective (``current.wait_stream(side)``) | Bridge ``maybe_dequantize`` / TE ``Float8BlockwiseQTensor.dequantize`` if it used its own stream: the reporter's suspicion in NeMo-RL #1164 |
-| ``async_gather_no_wait`` | TP ``all_gather(..., async_op=True)``; the concat reads the outputs, ``work.wait()`` only after | gather end -> reader of its outputs (``Work.wait``) | Bridge ``gather_from_tp_ranks`` made async for overlap |
-| ``refit_during_param_gather`` | with ``overlap_param_gather`` the refit runs before ``finish_param_sync()``: it reads FP8/bf16 params whose other DP slices the all-gather is still writing | DP param all-gather -> first reader (Megatron's forward pre-hook ``finish_param_sync``) | NeMo-RL refit right after the optimizer step, before any forward (Megatron DDP ``overlap_param_gather``) |
-| ``no_record_stream`` | blockwise dequantize on a side stream; the current stream waits (``wait_stream``) but the output is not ``record_stream``-ed on it; when freed its block goes back to the side stream's pool and the next dequantize reuses it while the consumer may still read | consumer's use -> reuse of the freed block (caching-allocator ``record_stream``) | a "fixed" side-stream dequantize that forgets ``record_stream`` (FACTS: the wait_stream fix needs record_stream), or NCCL with ``TORCH_NCCL_AVOID_RECORD_STREAMS=1`` / torch>=2.8 current-stream collectives |
-| ``pp_broadcast_dequantized_temp`` | the PP broadcast of an FP8 param goes through TE's ``__torch_dispatch__`` fallback: each side broadcasts a dequantized TEMPORARY; the owner's temporary carries the data, the non-owner's receive temporary is dropped, so its quantized buffer keeps uninitialised bytes | data path owner -> non-owner (no race: the non-owners never receive the data) | Bridge ``broadcast_from_pp_rank(qtensor)`` if ``torch.distributed.broadcast`` of a TE QuantizedTensor dispatched like an unimplemented op (FACTS [?]) |
-| ``ipc_pack_no_sync`` | colocated refit: the packed per-dtype buffer is handed to the inference side (which reads it on its own stream) without ``torch.cuda.current_stream().synchronize()`` | pack ``copy_`` -> IPC consumer in another process (host sync before the handle) | NeMo-RL ``get_weights_ipc_handles`` / ``stream_weights_via_ipc_zmq`` before the sync was added |
+- ``dequant_side_stream``: blockwise FP8 ``dequantize`` on a side stream (which waits once for the params); its
+  consumer (TP all-gather, PP broadcast, or the refit's pack copy at TP=1) runs without waiting. Hypothetical
+  (the incident reporter's suspicion); fix ``side_stream_wait``.
+- ``no_record_stream``: the same side stream, waited for, but its output is not ``record_stream``-ed, so its
+  freed block is reused while the consumer may still read it. Hypothetical; fix ``side_stream_wait``.
+- ``async_gather_no_wait``: TP ``all_gather(..., async_op=True)`` whose outputs the concat reads before
+  ``work.wait()``. Hypothetical; fix ``gather_wait``.
 
-Measured (``tests/test_refit.py`` configs, simdist seeds 0..19, both NCCL profiles unless noted; "damage" = refitted
-weights differ from the reference; real GPUs: 2x H200, torch 2.11, NCCL, 5 trials of 2 GRPO steps at TP=2 / PP=2 /
-DP=2 as applicable):
-
-| switch | simdist config | hazard (every seed) | damage | real GPUs |
-|---|---|---|---|---|
-| ``dequant_side_stream`` | TP=2, blockwise FP8 params | read-after-write (+ write-after-read; 2.8: reuse-after-free) | 16/20 (2.7), 20/20 (2.8) | 3/5 |
-| ``async_gather_no_wait`` | TP=2, bf16 | read-after-write (NCCL stream -> cat) | 20/20 | 4/5 |
-| ``refit_during_param_gather`` | DP=2, overlap_param_gather, bf16 | read-after-write (DP all-gather -> refit) | 19/20 | 2/5 (DP=2) |
-| ``no_record_stream`` | TP=1, blockwise FP8 params | reuse-after-free | 7/20 | 2/5 at TP=2, where simdist sees nothing (notes_engine_bugs.md #7) |
-| ``pp_broadcast_dequantized_temp`` | PP=2, blockwise FP8 params | none: no race, the data never arrives | 20/20 | 5/5 |
-| ``ipc_pack_no_sync`` | TP=1, bf16 | read-after-write (pack copy_ -> engine stream) | 20/20 | 5/5 (rank 1 only) |
-
-Against the incident's symptom matrix (damage at TP=2 + blockwise FP8 params; none at TP=1, with fp8_param=False or
-with per-tensor scaling) no single switch fits: ``dequant_side_stream`` and ``no_record_stream`` spare bf16 params and
-per-tensor scaling but damage TP=1 too; ``async_gather_no_wait`` needs TP>1 but damages bf16 and per-tensor too;
-``ipc_pack_no_sync`` damages every config;
-``refit_during_param_gather`` needs DP>1 and mostly gives stale (metric < 1.05), not NaN, weights;
-``pp_broadcast_dequantized_temp`` needs PP>1 and damages every FP8 recipe.
+Fixes that act here (``fixes=``): ``side_stream_wait`` (``current.wait_stream(side)`` + ``record_stream``),
+``gather_wait``, ``synchronize_after_dequantize`` (the reporter's workaround). The other switches act in
+``fakes.megatron_core`` (the DP param all-gather) and ``fakes.nemo_rl`` (the refit hand-off). The fault
+``pp_broadcast_dequantized_temp`` of earlier versions is retired (``megatron_core.RETIRED_FAULTS``).
 """
 from __future__ import annotations
 
@@ -95,11 +81,6 @@ def quant_recipe_of(t) -> Optional[str]:
     return None
 
 
-def _wire_buffers(t) -> List[torch.Tensor]:
-    """The raw buffers that carry a quantized tensor over the wire (fixed order)."""
-    return [v for _, v in sorted(t._buffers().items()) if v is not None]
-
-
 split_qkv_weights = mc.split_qkv_weights
 merge_qkv_weights = mc.merge_qkv_weights
 
@@ -107,8 +88,9 @@ merge_qkv_weights = mc.merge_qkv_weights
 class RefitContext:
     """Per-bridge (so per-rank) state the fault switches need: the fault set, a side stream, pending works."""
 
-    def __init__(self, faults=frozenset()):
+    def __init__(self, faults=frozenset(), fixes=frozenset()):
         self.faults = mc.check_faults(faults)
+        self.fixes = mc.check_fixes(fixes)
         self._side = None
         self.params_ready = None
         self.pending: List = []
@@ -225,7 +207,14 @@ class MegatronParamMapping:
         return lst[0]
 
     def broadcast_from_pp_rank(self, tensor: Optional[torch.Tensor], cache_key: Optional[str] = None):
-        """Broadcast the weight from the first PP stage that owns it to every PP rank."""
+        """Broadcast the weight from the PP stage that owns it to every PP rank, as Megatron-Bridge 0.3.1 does
+        (``param_mapping.py`` 293-373): the first call per task all-gathers (shape, dtype, tensor_model_parallel,
+        partition_dim) with ``all_gather_object`` and caches it; non-owners allocate a plain ``torch.empty``
+        of that shape and dtype and receive ``broadcast(src=owner)``. For an FP8 parameter the owner passes
+        its TE tensor as is: ``c10d.broadcast_`` is a mutable op, so TE 2.5's ``__torch_dispatch__``
+        (``quantized_tensor.py`` 444-452) broadcasts a dequantized temporary; its write-back checks
+        ``isinstance(arg, QuantizedTensor)`` on the op's tensor-LIST argument and so writes nothing back. The
+        non-owners receive the nominal-dtype (bf16) values and have nothing left to dequantize."""
         if self.pp_size == 1:
             return tensor
         if cache_key is not None and cache_key in self._tensor_spec_output_cache:
@@ -234,35 +223,33 @@ class MegatronParamMapping:
             spec = None
             if tensor is not None:
                 spec = (tuple(tensor.shape), tensor.dtype, getattr(tensor, "tensor_model_parallel", None),
-                        getattr(tensor, "partition_dim", None), quant_recipe_of(tensor))
+                        getattr(tensor, "partition_dim", None))
             specs = [None] * self.pp_size
             dist.all_gather_object(specs, spec, group=self.pp_group)
             self._tensor_spec_output_cache[cache_key] = specs
         src = next((i for i, s in enumerate(specs) if s is not None), None)
         if src is None:
             raise ValueError(f"object must exist on at least one PP rank: megatron_param={self.megatron_param}")
-        shape, dtype, _tp_flag, _pdim, recipe = specs[src]
+        shape, dtype, _tp_flag, _pdim = specs[src]
         global_src = dist.get_global_rank(self.pp_group, src)
-        dev = mc.current_device()
-        if recipe is not None:
-            if tensor is None:
-                tensor = mc.make_quantizer(recipe, dev).make_empty(shape, dtype=dtype, device=dev)
-            if "pp_broadcast_dequantized_temp" in self.ctx.faults:
-                # TE QuantizedTensor.__torch_dispatch__ fallback: the op runs on a dequantized temporary,
-                # nothing is written back (broadcast is not an aten in-place op).
-                tmp = tensor.dequantize(dtype=tensor.dtype)
-                dist.broadcast(tmp, src=global_src, group=self.pp_group)
-                return tensor
-            for buf in _wire_buffers(tensor):
-                dist.broadcast(buf, src=global_src, group=self.pp_group)
-            return tensor
         if tensor is None:
-            tensor = torch.empty(shape, dtype=dtype, device=dev)
-        dist.broadcast(tensor, src=global_src, group=self.pp_group)
+            tensor = torch.empty(shape, dtype=dtype, device=mc.current_device())
+        wire = tensor.dequantize(dtype=tensor.dtype) if isinstance(tensor, te.QuantizedTensor) else tensor
+        dist.broadcast(wire, src=global_src, group=self.pp_group)
         return tensor
 
     # --- dequantize
     def maybe_dequantize(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = self._dequantize(tensor)
+        if out is not tensor and "synchronize_after_dequantize" in self.ctx.fixes:
+            torch.cuda.synchronize()  # the incident reporter's workaround (NeMo-RL #1164)
+        return out
+
+    def _dequantize(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``t.dequantize(dtype=t.dtype)`` on the current stream (Bridge 0.3.1 ``param_mapping.py`` 709-713;
+        TE 2.5's blockwise dequantize is plain torch ops on the current stream). The side-stream variants are
+        the hypothetical faults ``dequant_side_stream`` / ``no_record_stream`` and the fix
+        ``side_stream_wait``."""
         if not isinstance(tensor, te.QuantizedTensor):
             return tensor
         faults = self.ctx.faults
@@ -275,8 +262,10 @@ class MegatronParamMapping:
                 side.wait_stream(cur)
             with torch.cuda.stream(side):
                 out = tensor.dequantize(dtype=tensor.dtype)
-            if "dequant_side_stream" not in faults:
-                cur.wait_stream(side)  # ordered, but out.record_stream(cur) is missing
+            if "dequant_side_stream" not in faults or "side_stream_wait" in self.ctx.fixes:
+                cur.wait_stream(side)
+            if "side_stream_wait" in self.ctx.fixes:
+                out.record_stream(cur)  # the consumer's use defers the reuse of the output's block
             return out
         return tensor.dequantize(dtype=tensor.dtype)
 
@@ -286,7 +275,11 @@ class MegatronParamMapping:
             return [tensor]
         gathered = [torch.empty_like(tensor) for _ in range(self.tp_size)]
         if "async_gather_no_wait" in self.ctx.faults:
-            self.ctx.pending.append(dist.all_gather(gathered, tensor, group=self.tp_group, async_op=True))
+            work = dist.all_gather(gathered, tensor, group=self.tp_group, async_op=True)
+            if "gather_wait" in self.ctx.fixes:
+                work.wait()
+            else:
+                self.ctx.pending.append(work)
         else:
             dist.all_gather(gathered, tensor, group=self.tp_group)
         return gathered
@@ -528,9 +521,9 @@ def _sort_key(name: str):
 class MegatronModelBridge:
     """Builds conversion tasks over all global parameter names and exports HF weights."""
 
-    def __init__(self, faults=frozenset()):
+    def __init__(self, faults=frozenset(), fixes=frozenset()):
         self.faults = mc.check_faults(faults)
-        self.ctx = RefitContext(self.faults)
+        self.ctx = RefitContext(self.faults, fixes)
         self._tasks: Dict[int, List[WeightConversionTask]] = {}
         self._cached_param_names: Dict[int, List[str]] = {}
 

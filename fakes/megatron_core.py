@@ -27,15 +27,18 @@ What is modelled (names follow megatron/core):
   unsharded fp32 tensor on the CPU ("canonical" layout: TP-independent, see ``canonical_shape``), each
   rank slices its shard. With ``fp8_param`` the four linear weights of every layer are TE quantized
   tensors of the recipe (FP8 primary weights); all other parameters are ``params_dtype``.
-* ``DistributedOptimizer`` / ``optimizer_step``: fp32 master weights, each DP rank owning a contiguous
-  1/DP slice of every parameter's (TP-shard) master; a deterministic synthetic gradient; then the param
-  update as Megatron + TE do it: bf16 params cast their local slice; FP8 params compute a partial amax of
-  the local slice (per 128x128 tile / per tensor / per 1x32 block), all-reduce(MAX) over the DP group,
-  write the new scale_inv for every tile, re-cast only the local slice of the row-wise data; finally the
-  DP param all-gather (``all_gather_into_tensor`` of the uint8 / bf16 data, in place) completes the other
-  slices. With ``overlap_param_gather=True`` the all-gather is started with ``async_op=True`` and only
-  finished by ``GPTModel.finish_param_sync()``, which Megatron calls from its forward pre-hook; refit code
-  must call it too.
+* Megatron DDP's parameter buffers: the parameters of one storage dtype (bf16 params; the FP8 params' row-wise
+  uint8 data) are views into one contiguous zero-initialised buffer per (expert?, dtype), padded to a multiple
+  of DP; each DP rank owns one contiguous 1/DP shard of it. Initial values come from a CPU cache (canonical
+  weights, FP8 quantization of the full weight), copied in once: they do not depend on the schedule.
+* ``DistributedOptimizer`` / ``optimizer_step``: this rank's fp32 main-param shard; a deterministic synthetic
+  gradient; then the param update as Megatron + TE do it: bf16 params cast their local slice; FP8 params get
+  TE's ``cast_master_weights_to_fp8`` (partial amax of the local slice per 128x128 tile / per tensor / per
+  1x32 block, one all-reduce(MAX) of the packed amaxes over DP, new scale_inv for every tile, only the local
+  slice of the row-wise data re-cast); the DP param all-gather (``all_gather_into_tensor`` of each buffer, in
+  place) completes the other slices where megatron-core 0.16.1 dispatches it: in the step without
+  ``overlap_param_gather``; with it, at the next forward pre-hook (``GPTModel.finish_param_sync``), or right
+  after the step, asynchronously, with ``overlap_param_gather_with_optimizer_step``.
 
 Deliberate simplifications (no ordering edge depends on them):
 
@@ -47,9 +50,11 @@ Deliberate simplifications (no ordering edge depends on them):
 * No forward pass on the sharded model: refit correctness needs none. ``fakes.nemo_rl.logprobs`` runs a
   single-device forward from an HF state dict.
 
-Fault switches live in ``FAULTS`` (documented, with measurements, in ``fakes/megatron_bridge.py``). ``GPTModel``
-accepts ``faults=`` and carries the set; the bridge (dequantize, gathers, PP broadcast) and the NeMo-RL loop
-(param-sync before refit, IPC sync) act on them. Nothing in this module drops an ordering edge.
+Fault switches live in ``FAULTS``, fixes (edges added on top of the real code) in ``FIXES``; where each one
+lives in the real code is ``simdist.properties.hunt.CANDIDATES``. ``GPTModel`` accepts ``faults=`` and carries
+the set; the bridge (dequantize, gathers) and the NeMo-RL loop (refit hand-off, param sync) act on them.
+``refit_during_param_gather`` makes ``fakes.nemo_rl.grpo_refit_loop`` select the optimizer's
+``overlap_param_gather_with_optimizer_step`` (the all-gather then runs while the refit reads).
 """
 from __future__ import annotations
 
@@ -69,7 +74,8 @@ import torch.nn.functional as F
 from . import transformer_engine as te
 
 __all__ = [
-    "RECIPES", "FAULTS", "FP8_RECIPES", "parallel_state", "mpu", "ParallelState", "initialize_model_parallel",
+    "RECIPES", "FAULTS", "RETIRED_FAULTS", "FIXES", "check_faults", "check_fixes", "FP8_RECIPES",
+    "parallel_state", "mpu", "ParallelState", "initialize_model_parallel",
     "destroy_model_parallel", "model_parallel_is_initialized", "TransformerConfig", "GPTModel",
     "DistributedOptimizer", "optimizer_step", "make_quantizer", "canonical_shape", "canonical_master",
     "shard_canonical", "param_kind", "layer_param_names", "current_device", "reference_hf_state_dict",
@@ -78,9 +84,28 @@ __all__ = [
 
 RECIPES = ("bf16", "per-tensor", "blockwise-pow2", "blockwise-fp32", "mxfp8")
 FP8_RECIPES = RECIPES[1:]
+# Fault switches: each drops ONE ordering edge of the stack (the table, with the real source line each one
+# corresponds to or "hypothetical", is CANDIDATES in simdist.properties.hunt and the docstring of
+# fakes/megatron_bridge.py).
 FAULTS = frozenset({
     "dequant_side_stream", "async_gather_no_wait", "refit_during_param_gather", "no_record_stream",
-    "pp_broadcast_dequantized_temp", "ipc_pack_no_sync",
+    "ipc_pack_no_sync", "packed_broadcast_unjoined",
+})
+# Switches that existed and were removed, with the reason (asking for one raises ValueError saying it).
+RETIRED_FAULTS = {
+    "pp_broadcast_dequantized_temp": "removed: the PP broadcast is now modelled as Megatron-Bridge 0.3.1 does it "
+                                     "(non-owners allocate a plain tensor; the owner's TE tensor is broadcast "
+                                     "as a dequantized temporary), so the dropped-data path it modelled has no "
+                                     "counterpart",
+}
+# Fixes: ordering edges ADDED on top of the real code (each restores what a fault or the real code lacks).
+FIXES = frozenset({
+    "param_sync_before_refit",   # finish the DP param all-gather (forward pre-hook) before the refit's export
+    "ipc_synchronize",           # NeMo-RL 3a69c2168: current_stream().synchronize() before each IPC handle
+    "side_stream_wait",          # side-stream dequantize: current.wait_stream(side) + out.record_stream(current)
+    "gather_wait",               # an async TP all-gather is waited for before its outputs are read
+    "join_side_streams",         # NeMo-RL 705340674: synchronize every packed-broadcast side stream at the end
+    "synchronize_after_dequantize",  # the incident reporter's workaround: torch.cuda.synchronize() per dequantize
 })
 E4M3 = te.TE_DType.kFloat8E4M3
 BLOCK = 128
@@ -93,10 +118,21 @@ def current_device() -> torch.device:
 
 def check_faults(faults) -> frozenset:
     faults = frozenset(faults or ())
+    retired = sorted(faults & set(RETIRED_FAULTS))
+    if retired:
+        raise ValueError(f"fault switch {retired[0]!r} was {RETIRED_FAULTS[retired[0]]}")
     bad = sorted(faults - FAULTS)
     if bad:
         raise ValueError(f"unknown fault switch(es) {bad}; known: {sorted(FAULTS)}")
     return faults
+
+
+def check_fixes(fixes) -> frozenset:
+    fixes = frozenset(fixes or ())
+    bad = sorted(fixes - FIXES)
+    if bad:
+        raise ValueError(f"unknown fix(es) {bad}; known: {sorted(FIXES)}")
+    return fixes
 
 
 # ============================================================================ parallel state
@@ -707,6 +743,9 @@ class ParamInfo:
     dp_rank: int
     tp_group: object
     shard_shape: Tuple[int, ...]
+    buffer: Optional["ParamBuffer"] = None   # the DDP param buffer holding it (or its FP8 data)
+    offset: int = 0                          # its first element in that buffer
+    local: Tuple[int, int] = (0, 0)          # [lo, hi) of its flat elements inside this DP rank's shard
 
 
 class GPTModel(Module):
@@ -739,7 +778,10 @@ class GPTModel(Module):
         self.experts_per_rank = (cfg.num_moe_experts // ps.ep) if cfg.is_moe else 0
         self.info: Dict[str, ParamInfo] = {}
         self._pending_param_sync: List = []
+        self._param_sync_due = False          # the optimizer step deferred the DP all-gather (overlap)
+        self._param_gather_dispatched = False
         self._optimizer: Optional[DistributedOptimizer] = None
+        self.param_buffers: Dict[Tuple[bool, torch.dtype], "ParamBuffer"] = {}
 
         if self.pre_process:
             emb = self.add_module("embedding", Module(cfg))
@@ -754,6 +796,7 @@ class GPTModel(Module):
             self._make_param(fn, "weight", "decoder.final_layernorm.weight")
             out = self.add_module("output_layer", ColumnParallelLinear(cfg))
             self._make_param(out, "weight", "output_layer.weight")
+        self._build_param_buffers()
 
     # --- construction
     def _build_layer(self, layer: Module, i: int):
@@ -787,6 +830,8 @@ class GPTModel(Module):
                              p + "mlp.linear_fc2.weight")
 
     def _make_param(self, module: Module, attr: str, name: str, global_name: Optional[str] = None):
+        """Book-keep one parameter; its device storage is created by ``_build_param_buffers`` (Megatron DDP's
+        contiguous param buffers), its initial value comes from the CPU cache ``_initial_shard``."""
         cfg, ps = self.config, self.parallel_state
         global_name = global_name or name
         kind = param_kind(name)
@@ -794,34 +839,85 @@ class GPTModel(Module):
         tpk, dpk = ("etp", "edp") if expert else ("tp", "dp")
         tp_size, tp_rank = ps.group_size(tpk), ps.group_rank(tpk)
         fp8 = is_fp8_param(cfg, name)
-        full = canonical_master(cfg, self.seed, global_name, 0)
-        shard = shard_canonical(full, kind, tp_size, tp_rank)
-        dp_size = ps.group_size(dpk)
-        if shard.numel() % dp_size:
-            raise ValueError(f"{name}: {shard.numel()} elements per TP shard are not divisible by the data-parallel "
-                             f"size {dp_size} (the distributed optimizer's contiguous slices)")
+        shape = _shard_shape(cfg, global_name, kind, tp_size)
         info = ParamInfo(name=name, global_name=global_name, kind=kind, module=module, tp_size=tp_size,
-                         tp_rank=tp_rank, is_expert=expert, fp8=fp8, dp_group=ps.group(dpk), dp_size=dp_size,
-                         dp_rank=ps.group_rank(dpk), tp_group=ps.group(tpk), shard_shape=tuple(shard.shape))
-        dev_shard = shard.to(self.device)
-        if fp8:
-            red = ps.group(tpk) if (cfg.fp8_param_recipe == "per-tensor" and tp_size > 1) else None
-            q = make_quantizer(cfg.fp8_param_recipe, self.device, amax_reduction_group=red)
-            t = q.quantize(dev_shard, dtype=cfg.params_dtype)
-        else:
-            t = dev_shard.to(cfg.params_dtype)
-        for k, v in (("tensor_model_parallel", kind != "replicated"),
-                     ("partition_dim", {"column": 0, "qkv": 0, "fc1": 0, "row": 1}.get(kind, -1))):
-            try:
-                setattr(t, k, v)
-            except (AttributeError, TypeError):
-                pass
-        module.register_parameter(attr, t)
+                         tp_rank=tp_rank, is_expert=expert, fp8=fp8, dp_group=ps.group(dpk),
+                         dp_size=ps.group_size(dpk), dp_rank=ps.group_rank(dpk), tp_group=ps.group(tpk),
+                         shard_shape=shape)
+        module.register_parameter(attr, None)
         self.info[name] = info
 
-    # --- Megatron DDP surface
+    def _build_param_buffers(self) -> None:
+        """Megatron DDP's ``_ParamAndGradBuffer``: the parameters of one storage dtype (bf16 params; the FP8
+        params' row-wise uint8 data) live in one contiguous buffer per (expert?, dtype), zero-initialised and
+        padded to a multiple of the data-parallel size; each DP rank owns one contiguous 1/DP shard of it (the
+        distributed optimizer's main-param shard) and the DP param all-gather fills the rest in place
+        (``param_and_grad_buffer.py`` ``start_param_sync``: ``dist_all_gather_func(bucket.param_data,
+        local_data_view)``). One bucket per buffer here."""
+        cfg, dev = self.config, self.device
+        groups: Dict[Tuple[bool, torch.dtype], List[str]] = {}
+        for name, info in self.info.items():
+            groups.setdefault((info.is_expert, torch.uint8 if info.fp8 else cfg.params_dtype), []).append(name)
+        self.param_buffers = {}
+        for (expert, dtype), names in groups.items():
+            first = self.info[names[0]]
+            dp, dp_rank = first.dp_size, first.dp_rank
+            sizes = [math.prod(self.info[n].shard_shape) for n in names]
+            total = -(-sum(sizes) // dp) * dp
+            buf = torch.zeros(total, dtype=dtype, device=dev)
+            shard = total // dp
+            lo_r, hi_r = dp_rank * shard, (dp_rank + 1) * shard
+            pb = ParamBuffer(dtype=dtype, is_expert=expert, data=buf, dp_group=first.dp_group, dp_size=dp,
+                             dp_rank=dp_rank, shard_size=shard, names=list(names))
+            off = 0
+            for n, size in zip(names, sizes):
+                info = self.info[n]
+                info.buffer, info.offset = pb, off
+                lo, hi = max(off, lo_r) - off, min(off + size, hi_r) - off
+                info.local = (lo, hi) if hi > lo else (0, 0)
+                view = buf[off:off + size].view(info.shard_shape)
+                init, bufs = _initial_shard(cfg, self.seed, info.global_name, info.kind, info.tp_size,
+                                            info.tp_rank, info.fp8)
+                if info.fp8:
+                    t = make_quantizer(cfg.fp8_param_recipe, dev).make_empty(info.shard_shape,
+                                                                             dtype=cfg.params_dtype, device=dev)
+                    for key, cpu in bufs.items():
+                        attr = _TE_BUFFER_ATTRS[key]
+                        if attr in ("_rowwise_data", "_data"):
+                            setattr(t, attr, view)  # the FP8 data is a view into the param buffer
+                        getattr(t, attr).copy_(cpu)
+                else:
+                    t = view
+                    t.copy_(init)
+                for k, v in (("tensor_model_parallel", info.kind != "replicated"),
+                             ("partition_dim", {"column": 0, "qkv": 0, "fc1": 0, "row": 1}.get(info.kind, -1))):
+                    try:
+                        setattr(t, k, v)
+                    except (AttributeError, TypeError):
+                        pass
+                info.module.register_parameter("weight", t)
+                off += size
+            self.param_buffers[(expert, dtype)] = pb
+
+    # --- Megatron DDP surface (distributed_data_parallel.py, param_and_grad_buffer.py of megatron-core 0.16.1)
+    def start_param_sync(self, force_sync: bool = False) -> None:
+        """Dispatch the DP param all-gather of every buffer: asynchronous with ``overlap_param_gather`` (unless
+        `force_sync`), synchronous otherwise (``_ParamAndGradBucketGroup.start_param_sync``)."""
+        async_op = self.overlap_param_gather and not force_sync
+        for pb in self.param_buffers.values():
+            if pb.dp_size == 1:
+                continue
+            work = dist.all_gather_into_tensor(pb.data, pb.local_view(), group=pb.dp_group, async_op=async_op)
+            if work is not None and async_op:
+                self._pending_param_sync.append(work)
+        self._param_gather_dispatched = True
+        self._param_sync_due = False
+
     def finish_param_sync(self) -> None:
-        """Wait for the DP param all-gathers the optimizer started (Megatron: forward pre-hook)."""
+        """The forward pre-hook's ``finish_param_sync``: dispatch the all-gather if the optimizer step left it
+        undispatched, then wait for it (``param_and_grad_buffer.py`` 322-332)."""
+        if self._param_sync_due and not self._param_gather_dispatched:
+            self.start_param_sync()
         works, self._pending_param_sync = self._pending_param_sync, []
         for w in works:
             w.wait()
@@ -838,7 +934,8 @@ class GPTModel(Module):
 
     @property
     def param_sync_pending(self) -> bool:
-        return bool(self._pending_param_sync)
+        """An all-gather is in flight, or due and not dispatched: non-local DP slices are not current."""
+        return bool(self._pending_param_sync) or self._param_sync_due
 
     def local_to_global_name(self, name: str) -> str:
         return self.info[name].global_name
@@ -846,68 +943,153 @@ class GPTModel(Module):
 
 # ============================================================================ distributed optimizer
 class DistributedOptimizer:
-    """fp32 master slices + synthetic gradient + Megatron/TE param update and DP param all-gather."""
+    """fp32 main-param shards + synthetic gradient + the Megatron/TE param update, and the DP param all-gather
+    dispatched where megatron-core 0.16.1 dispatches it:
 
-    def __init__(self, model: GPTModel, lr: float = 1.0, overlap_param_gather: Optional[bool] = None):
+    - ``overlap_param_gather=False``: synchronously at the end of the step (``distrib_optimizer.py``
+      ``step_with_ready_grads`` 2617-2619);
+    - ``overlap_param_gather=True`` (NeMo-RL's default): NOT in the step; the forward pre-hook's
+      ``finish_param_sync`` dispatches and waits for it (``param_and_grad_buffer.py`` 322-332), so until the
+      next forward the other ranks' slices of every parameter hold the previous step's values;
+    - ``overlap_param_gather_with_optimizer_step=True``: dispatched asynchronously right after the step
+      (``optimizer.py`` ``ChainedOptimizer.step_with_ready_grads`` 1247-1250), waited by the forward pre-hook.
+    """
+
+    def __init__(self, model: GPTModel, lr: float = 1.0, overlap_param_gather: Optional[bool] = None,
+                 overlap_param_gather_with_optimizer_step: bool = False):
         self.model = model
         self.lr = float(lr)
-        self.overlap_param_gather = model.overlap_param_gather if overlap_param_gather is None else bool(
-            overlap_param_gather)
-        self.master: Dict[str, torch.Tensor] = {}
-        self.slices: Dict[str, Tuple[int, int]] = {}
+        if overlap_param_gather is not None:
+            model.overlap_param_gather = bool(overlap_param_gather)
+        self.overlap_param_gather = model.overlap_param_gather
+        self.with_optimizer_step = bool(overlap_param_gather_with_optimizer_step)
+        if self.with_optimizer_step and not self.overlap_param_gather:
+            raise ValueError("overlap_param_gather_with_optimizer_step needs overlap_param_gather")
         cfg = model.config
-        for name, info in model.info.items():
-            n = math.prod(info.shard_shape)
-            chunk = n // info.dp_size
-            lo, hi = info.dp_rank * chunk, (info.dp_rank + 1) * chunk
-            self.slices[name] = (lo, hi)
-            full = canonical_master(cfg, model.seed, info.global_name, 0)
-            shard = shard_canonical(full, info.kind, info.tp_size, info.tp_rank)
-            self.master[name] = shard.reshape(-1)[lo:hi].to(model.device)
+        self.master: Dict[Tuple[bool, torch.dtype], torch.Tensor] = {}
+        for key, pb in model.param_buffers.items():
+            self.master[key] = _main_shard(cfg, model.seed, pb.layout(model.info), 0, 1.0).to(model.device)
+
+    def _master_view(self, info) -> torch.Tensor:
+        pb = info.buffer
+        lo, hi = info.local
+        start = info.offset + lo - pb.dp_rank * pb.shard_size
+        return self.master[(pb.is_expert, pb.dtype)][start:start + (hi - lo)]
 
     def step(self, step: int) -> None:
         """Apply the synthetic gradient of optimizer step `step` (0-based) and update the params."""
         model = self.model
-        model.finish_param_sync()  # a gather still in flight from the previous step must land first
+        works, model._pending_param_sync = model._pending_param_sync, []
+        for w in works:  # a gather still in flight must land before its slices are rewritten
+            w.wait()
         cfg = model.config
-        for name, info in model.info.items():
-            lo, hi = self.slices[name]
-            g = shard_canonical(canonical_grad(cfg, model.seed, info.global_name, step), info.kind, info.tp_size,
-                                info.tp_rank).reshape(-1)[lo:hi].to(model.device)
-            master = self.master[name]
-            master.sub_(g * self.lr)
-            param = info.module._params["weight"]
-            if info.fp8:
-                flat = self._update_fp8(param, master, info, lo, hi)
+        for key, pb in model.param_buffers.items():
+            grad = _main_shard(cfg, model.seed, pb.layout(model.info), step, self.lr, grad=True)
+            self.master[key].sub_(grad.to(model.device))
+            if pb.dtype != torch.uint8:
+                pb.local_view().copy_(self.master[key])
+        fp8_infos = [info for info in model.info.values() if info.fp8]
+        if fp8_infos and cfg.fp8_param_recipe in ("blockwise-pow2", "blockwise-fp32", "per-tensor"):
+            for expert in (False, True):
+                group = [i for i in fp8_infos if i.is_expert == expert]
+                if group:
+                    self._cast_master_weights_to_fp8(group)
+        else:
+            for info in fp8_infos:
+                lo, hi = info.local
+                self._update_fp8(info.module._params["weight"], self._master_view(info), info, lo, hi)
+        if any(pb.dp_size > 1 for pb in model.param_buffers.values()):
+            if not self.overlap_param_gather:
+                model.start_param_sync(force_sync=True)
+            elif self.with_optimizer_step:
+                model.start_param_sync()
             else:
-                flat = param.view(-1)
-                flat[lo:hi].copy_(master.to(param.dtype))
-            if info.dp_size > 1:
-                work = dist.all_gather_into_tensor(flat, flat[lo:hi], group=info.dp_group,
-                                                   async_op=self.overlap_param_gather)
-                if work is not None:
-                    model._pending_param_sync.append(work)
+                model._param_sync_due, model._param_gather_dispatched = True, False
+
+    def offload_state(self) -> None:
+        """NeMo-RL ``offload_before_refit``: optimizer state to the CPU (a blocking device-to-host copy)."""
+        self.master = {k: v.to("cpu") for k, v in self.master.items()}
+
+    def reload_state(self) -> None:
+        """NeMo-RL ``prepare_for_training``: optimizer state back to the GPU."""
+        self.master = {k: v.to(self.model.device) for k, v in self.master.items()}
 
     # --- FP8 primary weights (TE cast_master_weights_to_fp8, per recipe)
+    def _cast_master_weights_to_fp8(self, infos) -> None:
+        """TE 2.5 ``cast_master_weights_to_fp8`` for the blockwise (``utils.py`` 333-455) and per-tensor
+        current-scaling (225-330) recipes, over all FP8 params at once: each rank's partial amax of its main-param
+        slice (per 128x128 tile / per tensor), ONE all-reduce(MAX) of the packed amaxes over the DP group (the
+        per-tensor recipe here also over TP: one scale for the full weight, see the module docstring), new
+        scale_inv for every tile, columnwise usage dropped, and only this rank's slice of the row-wise data
+        re-cast (``fp8_block_scaling_partial_cast``); the DP param all-gather fills the other slices."""
+        recipe = self.model.config.fp8_param_recipe
+        fp8 = torch.float8_e4m3fn
+        dev = self.model.device
+        blockwise = recipe.startswith("blockwise")
+        zs, amaxes = [], []
+        for info in infos:
+            m, k = info.shard_shape
+            lo, hi = info.local
+            if blockwise:
+                z = torch.zeros(m * k, dtype=torch.float32, device=dev)
+                if hi > lo:
+                    z[lo:hi].copy_(self._master_view(info))
+                zt = z.view(m // BLOCK, BLOCK, k // BLOCK, BLOCK)  # _check_fp8_tiling: whole tiles only
+                amaxes.append(te._abs_ignoring_nan(zt).amax(dim=(1, 3)).reshape(-1))
+                zs.append(zt)
+            else:
+                master = self._master_view(info)
+                amaxes.append(te._abs_ignoring_nan(master).amax().reshape(1) if hi > lo
+                              else torch.zeros(1, dtype=torch.float32, device=dev))
+                zs.append(master)
+        packed = torch.cat(amaxes)
+        first = infos[0]
+        if first.dp_size > 1:
+            dist.all_reduce(packed, op=dist.ReduceOp.MAX, group=first.dp_group)
+        if not blockwise and first.tp_size > 1:
+            dist.all_reduce(packed, op=dist.ReduceOp.MAX, group=first.tp_group)
+        scales = te._scale_from_amax(packed, te._FP8_MAX[fp8], recipe == "blockwise-pow2", 0.0,
+                                     torch.finfo(torch.float32).max if blockwise else te._FLT_MAX)
+        scale_invs = te._reciprocal(scales)
+        off = 0
+        for info, z in zip(infos, zs):
+            param = info.module._params["weight"]
+            m, k = info.shard_shape
+            lo, hi = info.local
+            if blockwise:
+                mt, kt = m // BLOCK, k // BLOCK
+                scale = scales[off:off + mt * kt].view(mt, kt)
+                param._rowwise_scale_inv[:, :kt].copy_(scale_invs[off:off + mt * kt].view(mt, kt))
+                off += mt * kt
+                if hi > lo:
+                    q = te._saturating_cast((z * scale[:, None, :, None]).reshape(-1)[lo:hi], fp8)
+                    param._rowwise_data.view(-1)[lo:hi].copy_(q)
+            else:
+                param._scale_inv.copy_(scale_invs[off:off + 1].reshape(param._scale_inv.shape))
+                if hi > lo:
+                    param._data.view(-1)[lo:hi].copy_(te._saturating_cast(z * scales[off:off + 1].reshape(()),
+                                                                          fp8))
+                off += 1
+
     def _update_fp8(self, param, master, info, lo, hi):
         recipe = self.model.config.fp8_param_recipe
         fp8 = torch.float8_e4m3fn
         m, k = info.shard_shape
         dev = master.device
         if recipe == "per-tensor":
-            amax = te._abs_ignoring_nan(master).amax().reshape(1)
+            amax = te._abs_ignoring_nan(master).amax().reshape(1) if hi > lo else torch.zeros(1, device=dev)
             if info.dp_size > 1:
                 dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=info.dp_group)
             if info.tp_size > 1:  # one scale for the full weight (see module docstring)
                 dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=info.tp_group)
             scale = te._scale_from_amax(amax, te._FP8_MAX[fp8], False, 0.0, te._FLT_MAX)
-            q = te._saturating_cast(master * scale.reshape(()), fp8)
             param._scale_inv.copy_(te._reciprocal(scale.reshape(1)).reshape(param._scale_inv.shape))
-            flat = param._data.view(-1)
-            flat[lo:hi].copy_(q)
-            return flat
+            if hi > lo:
+                param._data.view(-1)[lo:hi].copy_(te._saturating_cast(master * scale.reshape(()), fp8))
+            return
         z = torch.zeros(m * k, dtype=torch.float32, device=dev)
-        z[lo:hi].copy_(master)
+        if hi > lo:
+            z[lo:hi].copy_(master)
         if recipe.startswith("blockwise"):
             mt, kt = -(-m // BLOCK), -(-k // BLOCK)
             zp = F.pad(z.view(m, k), (0, kt * BLOCK - k, 0, mt * BLOCK - m)).view(mt, BLOCK, kt, BLOCK)
@@ -928,10 +1110,8 @@ class DistributedOptimizer:
             per_elem = te._exp2f_rcp(e).repeat_interleave(MX_BLOCK, 1).reshape(-1)
         else:
             raise ValueError(recipe)
-        q = te._saturating_cast(master * per_elem[lo:hi], fp8)
-        flat = param._rowwise_data.view(-1)
-        flat[lo:hi].copy_(q)
-        return flat
+        if hi > lo:
+            param._rowwise_data.view(-1)[lo:hi].copy_(te._saturating_cast(master * per_elem[lo:hi], fp8))
 
 
 def optimizer_step(model: GPTModel, lr: float = 1.0, step: int = 0) -> None:
@@ -942,6 +1122,88 @@ def optimizer_step(model: GPTModel, lr: float = 1.0, step: int = 0) -> None:
             raise ValueError(f"optimizer_step: lr changed from {opt.lr} to {lr}")
         opt = model._optimizer = DistributedOptimizer(model, lr)
     opt.step(step)
+
+
+_TE_BUFFER_ATTRS = {"rowwise_data": "_rowwise_data", "rowwise_scale_inv": "_rowwise_scale_inv",
+                    "columnwise_data": "_columnwise_data", "columnwise_scale_inv": "_columnwise_scale_inv",
+                    "data": "_data", "fp8_scale_inv": "_scale_inv", "data_transpose": "_transpose"}
+
+
+@dataclass
+class ParamBuffer:
+    """One contiguous DP-sharded parameter buffer (Megatron DDP)."""
+
+    dtype: torch.dtype
+    is_expert: bool
+    data: torch.Tensor
+    dp_group: object
+    dp_size: int
+    dp_rank: int
+    shard_size: int
+    names: List[str]
+
+    def local_view(self) -> torch.Tensor:
+        return self.data[self.dp_rank * self.shard_size:(self.dp_rank + 1) * self.shard_size]
+
+    def layout(self, info: Dict[str, "ParamInfo"]) -> tuple:
+        """Hashable description of this rank's shard: (global name, kind, tp size, tp rank, offset, local range)."""
+        return (self.dp_rank * self.shard_size, self.shard_size,
+                tuple((info[n].global_name, info[n].kind, info[n].tp_size, info[n].tp_rank, info[n].offset,
+                       info[n].local) for n in self.names))
+
+
+def _shard_shape(cfg, global_name, kind, tp_size) -> Tuple[int, ...]:
+    shape = canonical_shape(cfg.without_parallelism(), global_name)
+    if tp_size == 1 or kind == "replicated":
+        return tuple(shape)
+    if kind in ("column", "qkv", "fc1"):
+        return (shape[0] // tp_size,) + tuple(shape[1:])
+    return (shape[0], shape[1] // tp_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _initial_shard(cfg, seed, global_name, kind, tp_size, tp_rank, fp8):
+    """This TP rank's initial parameter on the CPU, cached (it does not depend on the schedule): the
+    params_dtype tensor, or for an FP8 primary weight the recipe's raw buffers, quantized exactly as the
+    full-weight reference is (per-tensor: one scale for the full weight; block recipes: the shard's tiles
+    are tiles of the full weight)."""
+    full = canonical_master(cfg, seed, global_name, 0)
+    shard = shard_canonical(full, kind, tp_size, tp_rank)
+    if not fp8:
+        return shard.to(cfg.params_dtype), None
+    recipe = cfg.fp8_param_recipe
+    cpu = torch.device("cpu")
+    if recipe == "per-tensor":
+        qf = _quantized_full(cfg, seed, global_name)
+        data = shard_canonical(qf._data.view(full.shape), kind, tp_size, tp_rank)
+        return None, {"data": data.contiguous(), "fp8_scale_inv": qf._scale_inv.clone()}
+    q = make_quantizer(recipe, cpu).quantize(shard, dtype=cfg.params_dtype)
+    return None, {k: v.clone() for k, v in q._buffers().items() if v is not None}
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantized_full(cfg, seed, global_name):
+    full = canonical_master(cfg, seed, global_name, 0)
+    return make_quantizer(cfg.fp8_param_recipe, torch.device("cpu")).quantize(full, dtype=cfg.params_dtype)
+
+
+@functools.lru_cache(maxsize=1024)
+def _main_shard(cfg, seed, layout, step, lr, grad=False):
+    """This DP rank's fp32 main-param shard of one buffer (CPU, cached): the canonical masters at `step`, or
+    with `grad` the synthetic gradient of step `step` times `lr` (so ``master - grad`` rounds exactly as
+    ``canonical_master`` does)."""
+    start, size, params = layout
+    out = torch.zeros(size, dtype=torch.float32)
+    for gname, kind, tp_size, tp_rank, offset, (lo, hi) in params:
+        if hi <= lo:
+            continue
+        if grad:
+            src = _grad_full(cfg.without_parallelism(), seed, step, gname) * lr
+        else:
+            src = canonical_master(cfg, seed, gname, step)
+        flat = shard_canonical(src, kind, tp_size, tp_rank).reshape(-1)
+        out[offset + lo - start:offset + hi - start] = flat[lo:hi]
+    return out
 
 
 # ============================================================================ the no-parallelism reference

@@ -143,22 +143,21 @@ def _columnwise_shape(shape: Sequence[int]) -> Tuple[int, ...]:
 
 def _abs_ignoring_nan(x32: torch.Tensor) -> torch.Tensor:
     # CUDA fmaxf(amax, NaN) keeps amax, so NaNs never raise a block's amax.
-    a = x32.abs()
-    return torch.where(torch.isnan(a), 0.0, a)
+    return torch.nan_to_num(x32.abs(), nan=0.0, posinf=float("inf"))
 
 
 def _scale_from_amax(
     amax: torch.Tensor, fp8_max: float, pow2: bool, eps: float, value_for_inf: float
 ) -> torch.Tensor:
     """Vectorised ``compute_scale_from_amax`` (common/recipe/recipe_common.cuh)."""
-    amax = torch.where(amax < eps, eps, amax)  # NaN < eps is False, as in CUDA
+    amax = amax.masked_fill(amax < eps, eps)  # NaN < eps is False, as in CUDA
     unit = torch.isinf(amax) | (amax == 0) | torch.isnan(amax)
     # Tensor/tensor division: `python_float / t` is reciprocal(t) * x in torch (not RN).
     scale = torch.full_like(amax, fp8_max) / amax
-    scale = torch.where(torch.isinf(scale), value_for_inf, scale)
+    scale = scale.masked_fill(torch.isinf(scale), value_for_inf)
     if pow2:
         scale = torch.bitwise_and(scale.view(torch.int32), _POW2_MASK).view(torch.float32)
-    return torch.where(unit, 1.0, scale)
+    return scale.masked_fill(unit, 1.0)
 
 
 def _reciprocal(scale: torch.Tensor) -> torch.Tensor:
@@ -174,7 +173,7 @@ def _saturating_cast(y32: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
     """
     m = _FP8_MAX[fp8]
     q = y32.clamp(-m, m).to(fp8).view(torch.uint8)
-    return torch.where(torch.isnan(y32), 0x7F, q)
+    return q.masked_fill(torch.isnan(y32), 0x7F)
 
 
 def _float_to_e8m0(val: torch.Tensor) -> torch.Tensor:
@@ -589,8 +588,8 @@ def _dequant_tiles_2d(q: torch.Tensor, sinv: torch.Tensor, fp8: torch.dtype, dty
     r, c = q.shape
     b = _BLOCK_LEN
     rt, ct = -(-r // b), -(-c // b)
-    qp = F.pad(q, (0, ct * b - c, 0, rt * b - r)).view(rt, b, ct, b)
-    out = qp.view(fp8).float() * sinv[:, :ct].reshape(rt, 1, ct, 1)
+    qp = q if (rt * b, ct * b) == (r, c) else F.pad(q, (0, ct * b - c, 0, rt * b - r))  # pad only partial tiles
+    out = qp.view(rt, b, ct, b).view(fp8).float() * sinv[:, :ct].reshape(rt, 1, ct, 1)
     return out.view(rt * b, ct * b)[:r, :c].to(dtype)
 
 

@@ -1,159 +1,439 @@
-"""`simdist hunt`: which candidate cause reproduces the FP8 refit incident (NeMo-RL #1164)?
+"""`simdist hunt`: which candidate cause fits an incident's evidence? (default: NeMo-RL #1164, FP8 refit NaN)
 
-For the faithful stack and for each fault switch of the fakes (each drops one real ordering edge), the refit
-loop runs in simulated worlds over the incident's configurations (TP 1/2/4 x per-tensor/blockwise x fp8_param
-on/off x PP 1/2). Every cell of the failure matrix is computed, never written in:
+The hunt runs the GRPO refit program of a stack (``stack="fakes"``: fakes/, plain torch code) in simulated
+worlds, for the faithful stack (the real code's ordering at the versions named in ``CANDIDATES``) and for each
+candidate cause (one ordering edge dropped, each tied to the real source line it corresponds to, or labelled
+hypothetical), over a sweep of configurations (TP x DP x recipe x fp8_param, PP=2), two model depths and
+several schedule seeds. It compares every simulated cell with the incident's evidence, read from a file, and
+generates every sentence of its conclusion from that comparison.
 
-- `hazard`: the happens-before detector found unordered conflicting accesses (schedule-independent);
-- `wrong weights`: some rank's refitted HF weights differ from the no-parallelism reference;
-- `NaN metric`: token_mult_prob_error is NaN (what the incident reported).
+Evidence file (``--reported FILE``; default ``properties/evidence/nemo_rl_1164.json``), JSON::
 
-Damage needs a schedule that goes the bad way: each cell runs seeded jitter first and, if it found hazards but no
-damage, the targeted policy (the racing producer delayed). A candidate *fits* the incident when its damage pattern
-equals the reported one: damage exactly for blockwise + fp8_param + TP>=2, nothing for TP=1, fp8_param off or
-per-tensor scaling. The fitting candidate is then shrunk by Hypothesis to its smallest configuration and schedule,
-replayed, traced, and the fix (wait_stream + record_stream) is checked clean under many schedules.
+    {"format": "simdist-hunt-evidence/1",
+     "incident": "<one line>", "source": "<where the observations come from>", "symptom": "<what was measured>",
+     "run": {"tp": 2, "pp": 2, "dp": 2, "recipe": "blockwise-fp32", "fp8_param": true, "refit": "colocated"},
+     "run_status": {"<factor>": "observed: <why>" | "inferred: <why>", ...},
+     "observations": [
+        {"change": {<factor>: <value>, ...},   # this cell = the run with these factors changed; {} = the run
+         "status": "observed" | "inferred" | "unknown",
+         "outcome": "nan" | "high" | "fine",   # NaN metric / metric >= 1.05 / fine at every step (not for unknown)
+         "onset_step": 2,                      # nan/high: first bad step (1-based); the steps before were fine
+         "quote": "<the report's words>", "note": "<optional>"},
+        {"change": {"fix": "<name in fakes.megatron_core.FIXES>"}, ...},   # the run with an edge added
+        {"change": {"program": "<name>"}, ...}]}                         # outside the refit program: listed only
+
+Factors: tp, pp, dp, recipe (per-tensor, blockwise-pow2, blockwise-fp32, mxfp8, bf16), fp8_param, refit
+(colocated, broadcast, packed-broadcast). A simulated configuration that no observed/inferred observation
+describes is unknown: it prints ``?`` and counts neither way; so does a cell whose observation is ``unknown``.
+
+What a cell shows (per depth, one symbol per GRPO step; ``/`` separates the depths; ``~`` = the seeds differ,
+the symbols are seed 0's): ``.`` clean, ``h`` hazard with intact values, ``w`` weights differ from the reference
+but the metric stays below 1.05, ``M`` metric >= 1.05, ``N`` NaN metric, ``X`` the run crashed. A schedule seed
+matters only where there is a hazard: a run without one is ordered in every schedule, so its values are the
+same in all of them and it runs once (the text says which cells ran all seeds).
+
+The fit: a candidate matches an evidence cell in one replicate (depth, seed) when its simulated metric per step
+agrees with the reported outcome (fine: no NaN and below 1.05 at every step; NaN from step k: fine before k,
+NaN at k). It reproduces the incident when it matches every evidence cell in every replicate, is fragile when
+it does in some replicates only, and does not fit otherwise; the closest is the one matching most cells on
+average over the replicates. The fix of the best candidate is then run in the full refit program under every
+configuration of the sweep and a sample of schedules, and its cost is read from the newest committed GPU
+report (``docs/gpu-fixcost-*.json``), or the hunt says there is none.
+
+A second stack (real Megatron-Core / Megatron-Bridge) plugs in with ``register_stack(name, fn)``:
+``refit_program(..., stack=name)`` then calls ``fn(**same keywords)``.
 """
 from __future__ import annotations
 
+import argparse
+import glob
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import simdist
 
-RECIPES = ("per-tensor", "blockwise-fp32")  # the incident's recipe sets NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1
-TPS, PPS = (1, 2, 4), (1, 2)
-STEPS = 2  # the incident shows from the second refit on: the first one after an optimizer step
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(HERE)
+DEFAULT_EVIDENCE = os.path.join(HERE, "evidence", "nemo_rl_1164.json")
+FORMAT = "simdist-hunt-evidence/1"
+FACTORS = ("tp", "pp", "dp", "recipe", "fp8_param", "refit")
+RECIPES = ("per-tensor", "blockwise-pow2", "blockwise-fp32", "mxfp8", "bf16")
+REFITS = ("colocated", "broadcast", "packed-broadcast")
+OUTCOMES = ("nan", "high", "fine")
+METRIC_BOUND = 1.05      # NeMo-RL's acceptance: token_mult_prob_error < 1.05
+LR = 0.02                # one synthetic step moves a weight by ~0.1% of its scale (see DEPTHS' note)
+DEPTHS = (2, 4)          # decoder layers: 1 and 2 per pipeline stage at PP=2
+NCCL = "2.7"             # the incident ran torch 2.7.1: collectives on ProcessGroupNCCL's internal stream
 TARGET_DELAY_NS = 5_000_000
+DEFAULT_CANDIDATES = ("faithful", "refit_during_param_gather", "ipc_pack_no_sync", "dequant_side_stream",
+                      "packed_broadcast_unjoined")  # --candidates all adds the other hypothetical ones
+VERSIONS = ("NeMo-RL 94a3d49 (2025-09-12, the incident's), megatron-core 0.16.1, Megatron-Bridge 0.3.1, "
+            "TransformerEngine 2.5, torch 2.7 NCCL semantics")
 
 
-def incident_configs():
-    return [dict(tp=tp, pp=pp, recipe=r, fp8_param=f) for r in RECIPES for f in (False, True) for tp in TPS
-            for pp in PPS]
+# ============================================================================ candidates, from the real code
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    faults: Tuple[str, ...]
+    fix: str                      # the edge that repairs it (fakes.megatron_core.FIXES)
+    counterpart: str              # "real" or "hypothetical"
+    edge: str                     # the ordering it drops, in words
+    sources: Tuple[str, ...]      # library version file:line of the ordering it drops (or why none)
+    refit: Optional[str] = None   # refit path it lives on, if not the evidence's
 
 
-def reported_damage(c):
-    """The incident's symptom matrix: NaN only with blockwise scaling, FP8 params and TP >= 2."""
-    return c["recipe"].startswith("blockwise") and c["fp8_param"] and c["tp"] >= 2
+CANDIDATES: Dict[str, Candidate] = {c.name: c for c in (
+    Candidate(
+        "faithful", (), "param_sync_before_refit", "real",
+        "none dropped: the code's own ordering; the optimizer step leaves the DP param all-gather undispatched "
+        "(overlap_param_gather) and the refit comes next, so the other DP ranks' slices are one step old",
+        ("megatron-core 0.16.1 optimizer/distrib_optimizer.py:2617-2619 (no param all-gather in the step with "
+         "overlap_param_gather)",
+         "megatron-core 0.16.1 distributed/param_and_grad_buffer.py:322-323 (dispatched by the forward "
+         "pre-hook's finish_param_sync)",
+         "NeMo-RL 94a3d49 nemo_rl/algorithms/grpo.py:615-619 and 758 (refit before the next forward, right "
+         "after train()'s optimizer.step at megatron_policy_worker.py:989)",
+         "examples/configs/grpo_math_1B_megatron.yaml:114,131 (use_distributed_optimizer, overlap_param_gather "
+         "true, inherited by the 8B recipe)")),
+    Candidate(
+        "refit_during_param_gather", ("refit_during_param_gather",), "param_sync_before_refit", "real",
+        "DP param all-gather (dispatched asynchronously in the optimizer step) -> the refit reading the params",
+        ("megatron-core 0.16.1 optimizer/optimizer.py:1247-1250 (overlap_param_gather_with_optimizer_step: "
+         "start_param_sync(force_dispatch=True) right after the step)",
+         "NeMo-RL 94a3d49 nemo_rl/models/policy/megatron_policy_worker.py:278 (the option is passed through)",
+         "megatron-core 0.16.1 distributed/distributed_data_parallel.py:390-416 (only the forward pre-hook "
+         "waits for it)")),
+    Candidate(
+        "ipc_pack_no_sync", ("ipc_pack_no_sync",), "ipc_synchronize", "hypothetical",
+        "pack copy_ on the trainer's stream -> the inference engine reading the IPC buffer on its stream",
+        ("none: NeMo-RL 94a3d49 megatron_policy_worker.py:1655-1660 hands the packed buffer over without a "
+         "synchronize, but torch's reduce_tensor records an IPC event on the current stream "
+         "(torch/csrc/CudaIPCTypes.cpp CudaIPCSentData) that rebuild_cuda_tensor makes the consumer wait for "
+         "(torch/csrc/StorageSharing.cpp THPStorage_newSharedCuda: cudaStreamWaitEvent)",
+         "the explicit synchronize arrived later: NeMo-RL 3a69c2168 nemo_rl/models/policy/utils.py:298-299")),
+    Candidate(
+        "dequant_side_stream", ("dequant_side_stream",), "side_stream_wait", "hypothetical",
+        "blockwise dequantize on a side stream -> its consumer (TP all-gather, PP broadcast, pack copy)",
+        ("none (the reporter's suspicion): TransformerEngine 2.5 "
+         "pytorch/tensor/_internal/float8_blockwise_tensor_base.py:221-293 dequantizes with torch ops on the "
+         "current stream; Megatron-Bridge 0.3.1 src/megatron/bridge/models/conversion/param_mapping.py:709-713 "
+         "calls it inline",)),
+    Candidate(
+        "no_record_stream", ("no_record_stream",), "side_stream_wait", "hypothetical",
+        "consumer's use of a side-stream dequantize output -> the reuse of its freed block (record_stream)",
+        ("none: as dequant_side_stream, with the wait_stream but without record_stream",)),
+    Candidate(
+        "async_gather_no_wait", ("async_gather_no_wait",), "gather_wait", "hypothetical",
+        "asynchronous TP all-gather -> the concat reading its outputs (work.wait())",
+        ("none: Megatron-Bridge 0.3.1 param_mapping.py:525-526 gathers synchronously "
+         "(torch.distributed.all_gather, async_op=False)",)),
+    Candidate(
+        "packed_broadcast_unjoined", ("packed_broadcast_unjoined",), "join_side_streams", "real",
+        "packing/broadcast side streams -> generation reading the weights (no final join)",
+        ("NeMo-RL v0.4.0 nemo_rl/utils/packed_tensor.py:64-95 (producer) and 153-205 (consumer): side streams "
+         "synchronized only before their buffer's reuse, never joined; the join came with 705340674 "
+         "(packed_tensor.py:104-105, 215-216). Non-colocated refit only, from a777f2aa1 (Oct 2025): after the "
+         "incident",),
+        refit="packed-broadcast"),
+)}
 
 
-def candidates():
-    from simdist.fakes.megatron_core import FAULTS
-    return ["faithful"] + sorted(FAULTS)
+# ============================================================================ the refit program (stacks)
+_STACKS = {}
 
 
-def model_config(recipe, fp8_param, pp=1):
-    """The smallest Llama-like shape whose TP=4 shards are still whole 128x128 FP8 tiles."""
+def register_stack(name: str, fn) -> None:
+    """Plug a stack into ``refit_program(stack=name)``: `fn` takes refit_program's keywords (less `stack`)
+    and returns refit_program's per-step records on this rank."""
+    _STACKS[name] = fn
+
+
+def hunt_model_config(recipe="blockwise-fp32", fp8_param=True, layers=2):
+    """The smallest Llama-like shape whose TP=2 shards are whole 128x128 FP8 tiles (hidden 128, 2 heads and 2
+    query groups of 128 channels, ffn 256, vocab 256)."""
     from simdist.fakes.megatron_core import TransformerConfig
-    return TransformerConfig(hidden_size=512, num_attention_heads=8, num_query_groups=4, kv_channels=128,
-                             ffn_hidden_size=512, num_layers=max(1, pp), vocab_size=512, fp8_recipe=recipe,
+    return TransformerConfig(hidden_size=128, num_attention_heads=2, num_query_groups=2, kv_channels=128,
+                             ffn_hidden_size=256, num_layers=layers, vocab_size=256, fp8_recipe=recipe,
                              fp8_param=fp8_param)
 
 
-def refit_program(tp=2, pp=1, recipe="blockwise-fp32", fp8_param=True, faults=(), fixes=(), steps=STEPS):
-    """One rank of the GRPO refit loop; returns per-step (mismatched names, NaN metric) records."""
+def _fakes_refit(tp, pp, recipe, fp8_param, faults, fixes, steps, layers, refit, lr, metric, seed):
     from simdist.fakes import nemo_rl
-    kw = {"fixes": frozenset(fixes)} if fixes else {}
-    recs = nemo_rl.grpo_refit_loop(model_config(recipe, fp8_param, pp), tp=tp, pp=pp, steps=steps, seed=0,
-                                   faults=frozenset(faults), **kw)
-    return [{"mismatched": len(r["mismatched"]), "nan_metric": r["token_mult_prob_error"] != r["token_mult_prob_error"],
-             "metric": r["token_mult_prob_error"]} for r in recs]
+    recs = nemo_rl.grpo_refit_loop(hunt_model_config(recipe, fp8_param, layers), tp=tp, pp=pp, steps=steps,
+                                   seed=seed, faults=frozenset(faults), fixes=frozenset(fixes), refit=refit,
+                                   lr=lr, compute_metric=metric, digest=False, ipc_pack_threshold=1)
+    return [{"mismatched": len(r["mismatched"]), "metric": r.get("token_mult_prob_error", float("nan"))}
+            for r in recs]
+
+
+register_stack("fakes", _fakes_refit)
+
+
+def refit_program(tp=2, pp=2, recipe="blockwise-fp32", fp8_param=True, faults=(), fixes=(), steps=2, layers=2,
+                  refit="colocated", lr=LR, metric=True, seed=0, stack="fakes"):
+    """One rank of the GRPO refit loop (NeMo-RL's order: refit -> generation -> logprobs -> train). The world
+    size sets DP = world / (tp x pp). `fixes` are ordering edges added on top of the real code (``()`` = the
+    real code). Returns per-step records ``{"mismatched": n, "metric": token_mult_prob_error}``."""
+    try:
+        fn = _STACKS[stack]
+    except KeyError:
+        raise ValueError(f"unknown stack {stack!r}; registered: {sorted(_STACKS)} (register_stack adds one)")
+    return fn(tp=tp, pp=pp, recipe=recipe, fp8_param=fp8_param, faults=tuple(faults), fixes=tuple(fixes),
+              steps=steps, layers=layers, refit=refit, lr=lr, metric=metric, seed=seed)
+
+
+# ============================================================================ evidence
+class EvidenceError(ValueError):
+    pass
+
+
+@dataclass
+class Observation:
+    change: dict
+    status: str
+    outcome: Optional[str] = None
+    onset_step: Optional[int] = None
+    quote: str = ""
+    note: str = ""
+
+    @property
+    def counts(self):
+        return self.status in ("observed", "inferred")
+
+    def reported(self) -> str:
+        if not self.counts:
+            return "?"
+        if self.outcome == "fine":
+            return "fine"
+        return f"{'NaN' if self.outcome == 'nan' else 'high'}@{self.onset_step}"
+
+
+@dataclass
+class Evidence:
+    path: str
+    incident: str
+    source: str
+    symptom: str
+    run: dict
+    run_status: dict
+    observations: List[Observation]
+
+    @classmethod
+    def load(cls, path: str) -> "Evidence":
+        with open(path) as f:
+            d = json.load(f)
+        if d.get("format") != FORMAT:
+            raise EvidenceError(f"{path}: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
+        run = dict(d.get("run") or {})
+        missing = [k for k in ("tp", "pp", "dp", "recipe", "fp8_param") if k not in run]
+        if missing:
+            raise EvidenceError(f"{path}: 'run' lacks {missing}")
+        run.setdefault("refit", "colocated")
+        _check_config(run, path)
+        obs = []
+        for i, o in enumerate(d.get("observations") or []):
+            where = f"{path}: observations[{i}]"
+            status = o.get("status")
+            if status not in ("observed", "inferred", "unknown"):
+                raise EvidenceError(f"{where}: status must be observed, inferred or unknown, got {status!r}")
+            change = dict(o.get("change") or {})
+            outcome, onset = o.get("outcome"), o.get("onset_step")
+            if status != "unknown":
+                if outcome not in OUTCOMES:
+                    raise EvidenceError(f"{where}: outcome must be one of {OUTCOMES}, got {outcome!r}")
+                if outcome != "fine" and not (isinstance(onset, int) and onset >= 1):
+                    raise EvidenceError(f"{where}: outcome {outcome!r} needs onset_step >= 1")
+            if "fix" in change:
+                from simdist.fakes.megatron_core import FIXES
+                if change["fix"] not in FIXES:
+                    raise EvidenceError(f"{where}: unknown fix {change['fix']!r}; known: {sorted(FIXES)}")
+            _check_config({**run, **{k: v for k, v in change.items() if k in FACTORS}}, where)
+            obs.append(Observation(change, status, outcome, onset if outcome != "fine" else None,
+                                   o.get("quote", ""), o.get("note", "")))
+        return cls(path, d.get("incident", os.path.basename(path)), d.get("source", ""), d.get("symptom", ""),
+                   run, dict(d.get("run_status") or {}), obs)
+
+    def config_of(self, o: Observation) -> dict:
+        return {**self.run, **{k: v for k, v in o.change.items() if k in FACTORS}}
+
+    def lookup(self, config: dict, fix: Optional[str] = None) -> Optional[Observation]:
+        """The observation describing this simulated configuration (None: unknown)."""
+        hit = None
+        for o in self.observations:
+            if "program" in o.change or o.change.get("fix") != fix:
+                continue
+            if self.config_of(o) == {k: config[k] for k in self.config_of(o)}:
+                hit = o if (hit is None or (o.counts and not hit.counts)) else hit
+        return hit
+
+    def inferred_factors(self) -> List[str]:
+        return [k for k in FACTORS if str(self.run_status.get(k, "")).startswith("inferred")]
+
+    def steps_needed(self) -> int:
+        return max([2] + [o.onset_step for o in self.observations if o.counts and o.onset_step])
+
+    def fixes_observed(self) -> List[str]:
+        return sorted({o.change["fix"] for o in self.observations if "fix" in o.change})
+
+
+def _check_config(c: dict, where: str) -> None:
+    for k in ("tp", "pp", "dp"):
+        if k in c and not (isinstance(c[k], int) and c[k] >= 1):
+            raise EvidenceError(f"{where}: {k} must be a positive integer, got {c[k]!r}")
+    if "recipe" in c and c["recipe"] not in RECIPES:
+        raise EvidenceError(f"{where}: recipe must be one of {RECIPES}, got {c['recipe']!r}")
+    if "fp8_param" in c and not isinstance(c["fp8_param"], bool):
+        raise EvidenceError(f"{where}: fp8_param must be true or false")
+    if "refit" in c and c["refit"] not in REFITS:
+        raise EvidenceError(f"{where}: refit must be one of {REFITS}, got {c['refit']!r}")
+
+
+# ============================================================================ the sweep
+def sweep_configs(evidence: Evidence, wide: bool = False) -> List[dict]:
+    """Every configuration an observed or inferred observation describes; those with the run's recipe and
+    fp8_param at DP=1 as well as DP=2. With `wide`: every one at DP 1 and 2 and PP 1 and the run's, plus the
+    TP {1, 2} x (recipe, fp8_param) in {(blockwise FP32 scales, on), (same, off), (per-tensor, on)} cross
+    product."""
+    base = []
+    for o in evidence.observations:
+        if o.counts and "program" not in o.change and "fix" not in o.change:
+            base.append(evidence.config_of(o))
+    if wide:
+        for recipe, fp8 in (("blockwise-fp32", True), ("blockwise-fp32", False), ("per-tensor", True)):
+            for tp in (1, 2):
+                base.append(dict(evidence.run, tp=tp, recipe=recipe, fp8_param=fp8))
+    out = []
+    pps = sorted({evidence.run["pp"], 1}) if wide else [evidence.run["pp"]]
+    run_variant = (evidence.run["recipe"], evidence.run["fp8_param"])
+    for c in base:
+        for pp in pps:
+            dps = (1, 2) if wide or (c["recipe"], c["fp8_param"]) == run_variant else (c["dp"],)
+            for dp in dps:
+                x = dict(c, pp=pp if c["pp"] == evidence.run["pp"] else c["pp"], dp=dp)
+                if x not in out:
+                    out.append(x)
+    order = {"recipe": {"blockwise-fp32": 0, "blockwise-pow2": 1, "per-tensor": 2, "mxfp8": 3, "bf16": 4}}
+    out.sort(key=lambda c: (-c["pp"], not c["fp8_param"], order["recipe"].get(c["recipe"], 9), c["tp"], c["dp"]))
+    return out
+
+
+def _cfg_text(c: dict) -> str:
+    recipe = {"blockwise-fp32": "blockwise", "blockwise-pow2": "block-pow2"}.get(c["recipe"], c["recipe"])
+    s = f"TP{c['tp']} PP{c['pp']} DP{c['dp']} {recipe:<10} fp8_param={'on ' if c['fp8_param'] else 'off'}"
+    if c.get("fix"):
+        s += f" +{c['fix']}"
+    return s
+
+
+# ============================================================================ cells
+@dataclass
+class Replicate:
+    seed: int
+    steps: List[str]            # per step: '.', 'h', 'w', 'M', 'N', 'X'
+    metrics: List[float]
+    hazards: List[str]
+    error: str = ""
+
+    def outcomes(self) -> List[str]:
+        return ["nan" if s == "N" else "high" if s in ("M", "X") else "fine" for s in self.steps]
 
 
 @dataclass
 class Cell:
-    config: dict
     candidate: str
-    hazard: bool = False
-    kinds: list = field(default_factory=list)
-    wrong_weights: bool = False
-    nan_metric: bool = False
-    seed: int = -1
-    policy: str = ""
-    error: str = ""
+    config: dict
+    depth: int
+    replicates: List[Replicate] = field(default_factory=list)
 
     @property
-    def damage(self):
-        return self.wrong_weights or self.nan_metric
+    def varies(self) -> bool:
+        return len({tuple(r.steps) for r in self.replicates}) > 1
 
-    @property
-    def symbol(self):
-        if self.error:
-            return "E"
-        if self.nan_metric:
-            return "N"
-        if self.wrong_weights:
-            return "W"
-        return "H" if self.hazard else "."
+    def text(self) -> str:
+        return "".join(self.replicates[0].steps) if self.replicates else "?"
 
 
-def _damage_of(res):
-    wrong = any(s["mismatched"] for r in res.returns for s in r)
-    nan = any(s["nan_metric"] for r in res.returns for s in r)
-    return wrong, nan
+def _symbols(res, steps) -> Tuple[List[str], List[float]]:
+    hz = bool(res.hazards)
+    out, metrics = [], []
+    for i in range(steps):
+        recs = [r[i] for r in res.returns]
+        m = [x["metric"] for x in recs]
+        worst = max((x for x in m if x == x), default=float("nan"))
+        metrics.append(float("nan") if any(x != x for x in m) else worst)
+        if any(x != x for x in m):
+            out.append("N")
+        elif worst >= METRIC_BOUND:
+            out.append("M")
+        elif any(x["mismatched"] for x in recs):
+            out.append("w")
+        else:
+            out.append("h" if hz else ".")
+    return out, metrics
 
 
-def run_cell(args):
-    config, candidate, seeds = args
-    faults = () if candidate == "faithful" else (candidate,)
-    cell = Cell(config, candidate)
-    kw = dict(config, faults=faults)
-    world = config["tp"] * config["pp"]
-    try:
-        last = None
-        for seed in range(seeds):
-            res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw)
-            last = res
-            cell.hazard |= bool(res.hazards)
-            cell.kinds = sorted(set(cell.kinds) | {h.kind for h in res.hazards})
-            w, n = _damage_of(res)
-            if w or n:
-                cell.wrong_weights, cell.nan_metric, cell.seed, cell.policy = w, n, seed, f"jitter(seed={seed})"
-                return cell
-            if not res.hazards:
-                break  # detection is schedule-independent: no hazard in one run means none in any
-        if last is not None and last.hazards:
-            delays = {h.first_op_key: TARGET_DELAY_NS for h in last.hazards}
-            res = simdist.run(refit_program, world_size=world, seed=0, kwargs=kw,
-                              policy=simdist.Targeted(delays, simdist.NoJitter()))
-            w, n = _damage_of(res)
-            if w or n:
-                cell.wrong_weights, cell.nan_metric, cell.policy = w, n, "targeted"
-    except Exception as e:  # noqa: BLE001 - a cell that crashes is shown as such, not hidden
-        cell.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+def cell_kwargs(candidate: str, config: dict, depth: int, steps: int) -> dict:
+    cand = CANDIDATES[candidate]
+    fixes = tuple(sorted({config["fix"]} if config.get("fix") else set()))
+    return dict(tp=config["tp"], pp=config["pp"], recipe=config["recipe"], fp8_param=config["fp8_param"],
+                faults=cand.faults, fixes=fixes, steps=steps, layers=depth, refit=cand.refit or config["refit"])
+
+
+def run_cell(job) -> Cell:
+    """One (candidate, configuration, depth): seed 0, and every other seed if seed 0 found a hazard (`seeds`
+    is 1 for cells the evidence does not describe: they are shown, never fitted)."""
+    candidate, config, depth, seeds, steps, poison = job
+    cell = Cell(candidate, config, depth)
+    kw = cell_kwargs(candidate, config, depth, steps)
+    world = config["tp"] * config["pp"] * config["dp"]
+    for seed in range(seeds):
+        try:
+            res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw, nccl=NCCL, poison=poison)
+            sym, metrics = _symbols(res, steps)
+            cell.replicates.append(Replicate(seed, sym, metrics, sorted({h.kind for h in res.hazards})))
+        except Exception as e:  # noqa: BLE001 - a crashing cell is shown as such, never hidden
+            cell.replicates.append(Replicate(seed, ["X"] * steps, [float("nan")] * steps, [],
+                                             f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
+        if seed == 0 and not cell.replicates[0].hazards and not cell.replicates[0].error:
+            break  # no hazard: every access is ordered, so every schedule gives these values
     return cell
 
 
-def _pool_map(fn, jobs, progress, what, processes=None):
-    """Map over worker processes (each simulated run is independent and deterministic), in job order."""
+def _pool_map(fn, jobs, progress, what, processes=None, cost=None):
+    """Map over worker processes (each simulated run is independent and deterministic); results in job order.
+    Jobs are dispatched most expensive first (`cost`) so the cores finish together."""
     processes = processes or min(len(jobs), os.cpu_count() or 1)
-    out = []
+    order = sorted(range(len(jobs)), key=lambda i: -(cost(jobs[i]) if cost else 0))
+    out = [None] * len(jobs)
     t0 = time.time()
-    if processes > 1:
+    if processes > 1 and len(jobs) > 1:
         import multiprocessing as mp
         with mp.get_context("fork").Pool(processes) as pool:
-            for i, r in enumerate(pool.imap(fn, jobs, chunksize=1 if len(jobs) < 200 else 10)):
-                out.append(r)
-                _progress(progress, i + 1, len(jobs), t0, what)
+            for n, (i, r) in enumerate(pool.imap_unordered(_indexed, [(fn, i, jobs[i]) for i in order])):
+                out[i] = r
+                _progress(progress, n + 1, len(jobs), t0, what)
     else:
-        for i, j in enumerate(jobs):
-            out.append(fn(j))
-            _progress(progress, i + 1, len(jobs), t0, what)
+        for n, i in enumerate(order):
+            out[i] = fn(jobs[i])
+            _progress(progress, n + 1, len(jobs), t0, what)
     if progress:
         sys.stderr.write("\n")
     return out
 
 
-def compute_matrix(seeds=2, progress=True, processes=None):
-    jobs = [(c, cand, seeds) for cand in candidates() for c in incident_configs()]
-    return _pool_map(run_cell, jobs, progress, "cells", processes)
+def _indexed(args):
+    fn, i, job = args
+    return i, fn(job)
 
 
 def _progress(on, done, total, t0, what):
-    if not on or not sys.stderr.isatty() and done % max(1, total // 10) and done != total:
+    if not on or (not sys.stderr.isatty() and done % max(1, total // 10) and done != total):
         return
     w = 30
     k = int(w * done / total)
@@ -161,273 +441,527 @@ def _progress(on, done, total, t0, what):
     sys.stderr.flush()
 
 
-def verdicts(cells):
-    by = {}
-    for c in cells:
-        by.setdefault(c.candidate, []).append(c)
-    out = {}
-    for cand, cs in by.items():
-        extra = [c.config for c in cs if c.damage and not reported_damage(c.config)]
-        missing = [c.config for c in cs if not c.damage and reported_damage(c.config)]
-        errors = [c for c in cs if c.error]
-        out[cand] = {"fits": not extra and not missing and not errors, "damages_where_reported_fine": extra,
-                     "misses_reported": missing, "errors": [c.error for c in errors],
-                     "hazard_anywhere": any(c.hazard for c in cs)}
-    return out
+def _warm_caches(configs, depths, steps):
+    """Build the schedule-independent CPU state (canonical weights, references, quantized initial shards) once
+    in this process, so forked workers inherit it instead of rebuilding it per run."""
+    from simdist.fakes import megatron_core as mc
+    from simdist.fakes import nemo_rl as nr
+    seen = set()
+    for c in configs:
+        for d in depths:
+            key = (c["recipe"], c["fp8_param"], d)
+            if key in seen:
+                continue
+            seen.add(key)
+            cfg = hunt_model_config(c["recipe"], c["fp8_param"], d).without_parallelism()
+            for s in range(steps):
+                mc.reference_hf_state_dict(cfg, 0, s, LR)
+                nr._clean_metric(cfg, 0, s, float(LR), 2, 16)
+    # one small simulated refit: the simulator's and torch's lazy first-use costs are paid here, not per worker
+    simdist.run(refit_program, world_size=2, nccl=NCCL, kwargs=dict(tp=2, pp=1, steps=1, layers=1))
 
 
-def _cfg(c):
-    return f"TP{c['tp']} PP{c['pp']} {c['recipe']:<14} fp8_param={'on ' if c['fp8_param'] else 'off'}"
+def compute_cells(evidence, configs, depths, seeds, steps, poison, progress=True, processes=None,
+                  candidates=None):
+    fix_cfgs = [dict(evidence.run, fix=f) for f in evidence.fixes_observed()]
+    counted = lambda c: (lambda o: o is not None and o.counts)(evidence.lookup(c, c.get("fix")))  # noqa: E731
+    jobs = [(cand, c, d, seeds if counted(c) else 1, steps, poison) for cand in (candidates or DEFAULT_CANDIDATES)
+            for c in configs + fix_cfgs for d in depths]
+    _warm_caches(configs, depths, steps)
+    cost = lambda j: j[1]["tp"] * j[1]["pp"] * j[1]["dp"] * j[2]  # noqa: E731
+    return _pool_map(run_cell, jobs, progress, "cells", processes, cost)
 
 
-def format_matrix(cells):
-    cands = candidates()
-    short = {c: c.replace("refit_during_param_gather", "param_gather").replace("pp_broadcast_dequantized_temp",
-                                                                               "pp_bcast_temp")
-             for c in cands}
-    lines = ["failure matrix  (. clean   H hazard, values intact   W wrong weights   N NaN metric   E error)", ""]
-    header = f"{'configuration':<44} {'reported':<9}" + "".join(f"{short[c][:13]:>14}" for c in cands)
-    lines.append(header)
-    index = {(json.dumps(c.config, sort_keys=True), c.candidate): c for c in cells}
-    for cfg in incident_configs():
-        k = json.dumps(cfg, sort_keys=True)
-        row = f"{_cfg(cfg):<44} {'NaN' if reported_damage(cfg) else 'fine':<9}"
-        row += "".join(f"{index[(k, c)].symbol:>14}" for c in cands)
-        lines.append(row)
-    return "\n".join(lines)
-
-
-_EDGES = {
-    "dequant_side_stream": "the blockwise dequantize runs on a side stream and its consumer does not wait for it",
-    "async_gather_no_wait": "the TP all-gather is asynchronous and its output is read before work.wait()",
-    "refit_during_param_gather": "the refit reads parameters while the overlapped DP param all-gather still writes "
-                                 "them",
-    "no_record_stream": "the dequantize output is waited for but not record_stream-ed, so its block is reused early",
-    "pp_broadcast_dequantized_temp": "the PP broadcast sends a dequantized temporary, so non-owners never receive "
-                                     "the weight",
-    "ipc_pack_no_sync": "the packed refit buffer is handed to the inference engine without a stream sync",
-}
-
-
-def explain(v):
-    """A few plain sentences from the verdicts: what fits, what does not and why, and what to do."""
-    fits = [c for c, r in v.items() if r["fits"]]
-    lines = []
-    f = v.get("faithful")
-    if f is not None and not f["damages_where_reported_fine"] and not f["errors"]:
-        lines.append("The faithful stack (every ordering edge in place) is clean everywhere: the NaN needs a "
-                     "missing edge.")
-    if fits:
-        lines.append(f"Reproduces the incident: {', '.join(fits)} ({'; '.join(_EDGES.get(c, c) for c in fits)}). "
-                     "It damages exactly the configurations the incident reported (blockwise scaling, FP8 params, "
-                     "TP >= 2) and nothing else.")
-    else:
-        lines.append("No single candidate reproduces the incident's matrix exactly.")
-    for c, r in v.items():
-        if r["fits"] or c == "faithful":
-            continue
-        extra, miss = r["damages_where_reported_fine"], r["misses_reported"]
-        if r["errors"]:
-            lines.append(f"{c} crashed: {r['errors'][0]}.")
-        elif not extra and len(miss) == sum(reported_damage(x) for x in incident_configs()):
-            lines.append(f"{c} damages none of these configurations (its edge is never crossed here).")
-        else:
-            why = []
-            if extra:
-                why.append(f"it also breaks {len(extra)} configuration(s) reported fine, e.g. {_cfg(extra[0]).strip()}")
-            if miss:
-                why.append(f"it spares {len(miss)} reported-NaN configuration(s), e.g. {_cfg(miss[0]).strip()}")
-            lines.append(f"{c} does not fit: " + "; ".join(why) + ".")
-    dequant = [c for c in (fits or [min((c for c in v if c != "faithful"), default=None,
-                                        key=lambda c: len(v[c]["damages_where_reported_fine"])
-                                        + len(v[c]["misses_reported"]))]) if c in ("dequant_side_stream",
-                                                                                     "no_record_stream")]
-    if dequant:
-        c = dequant[0]
-        r = v[c]
-        if not r["fits"] and r["damages_where_reported_fine"] and all(x["tp"] == 1 for x in
-                                                                      r["damages_where_reported_fine"]):
-            lines.append(f"{c} is the closest: it breaks every reported configuration and spares bf16 and "
-                         "per-tensor params, but it also breaks TP=1 with blockwise FP8 params, where the incident "
-                         "was fine. At TP=1 the dequantized weight goes straight to the refit's pack copy; if the "
-                         "real TP=1 path orders that copy (a synchronize before the IPC hand-off does), only the "
-                         "TP all-gather is left unordered, which is the incident's pattern.")
-        lines.append("What to do: order the consumers of a side-stream dequantize after it and keep its blocks "
-                     "alive: dequantize a layer's weights on the side stream, then once "
-                     "`cur = torch.cuda.current_stream(); cur.wait_stream(side)` and `w.record_stream(cur)` for "
-                     "each, before the TP all-gathers. It is checked clean below under 1000 schedules; on 2xH200 it "
-                     "costs -0.6% vs unsynced (a wait per weight: +4.5%; torch.cuda.synchronize(): +67%; "
-                     "docs/gpu-fixcost-2026-11-29.md), so fp8_param can stay on.")
-    return "\n".join(lines)
-
-
-def find_witness(candidate, cells):
-    """The smallest reproducer of a candidate: its smallest damaging configuration among those the incident
-    reported (fewest ranks, PP before TP), then the fewest delays: none if the cost model alone shows the
-    damage, else one delayed producer (each hazard's producer tried in turn with the targeted policy)."""
-    damaged = [c for c in cells if c.candidate == candidate and c.damage and reported_damage(c.config)]
-    damaged = damaged or [c for c in cells if c.candidate == candidate and c.damage]
-    if not damaged:
-        return None
-    damaged.sort(key=lambda c: (c.config["tp"] * c.config["pp"], c.config["pp"], c.config["tp"]))
-    cfg = damaged[0].config
-    kw = dict(cfg, faults=[candidate])
-    world = cfg["tp"] * cfg["pp"]
-    res = simdist.run(refit_program, world_size=world, kwargs=kw, policy="none")
-    if any(_damage_of(res)):
-        return cfg, {}, res
-    for h in res.hazards:
-        pol = simdist.Targeted({h.first_op_key: TARGET_DELAY_NS}, simdist.NoJitter())
-        res2 = simdist.run(refit_program, world_size=world, kwargs=kw, policy=pol)
-        if any(_damage_of(res2)):
-            return cfg, {h.first_op_key: TARGET_DELAY_NS}, res2
-    seed = damaged[0].seed
-    if seed >= 0:
-        return cfg, {"seed": seed}, simdist.run(refit_program, world_size=world, kwargs=kw, seed=seed)
+# ============================================================================ the fit
+def _bad_from(outcomes: List[str]) -> Optional[Tuple[int, str]]:
+    for i, o in enumerate(outcomes):
+        if o != "fine":
+            return i + 1, o
     return None
 
 
-def _fix_one(args):
-    i, tp, pp = args
-    import random
-    rng = random.Random(1164 * 100_003 + i)
-    k = i % 3
-    pol = (simdist.Jitter(rng.randrange(2**32)) if k == 0 else
-           simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if k == 1 else
-           simdist.Choice([rng.choice([0, 0, 0, 1, 4, 8]) for _ in range(32)]))
-    res = simdist.run(fix_program, world_size=tp * pp, policy=pol, kwargs=dict(tp=tp, pp=pp))
-    return bool(res.hazards) or not all(res.returns)
+def matches(obs: Observation, rep: Replicate) -> bool:
+    out = rep.outcomes()
+    if obs.outcome == "fine":
+        return all(o == "fine" for o in out)
+    k = obs.onset_step
+    return k <= len(out) and all(o == "fine" for o in out[:k - 1]) and out[k - 1] == obs.outcome
 
 
-def check_fix(n, tp=2, pp=1, progress=True):
-    """The fix (side-stream dequantize + wait_stream + record_stream) under n schedules: no hazard, no damage."""
-    return sum(_pool_map(_fix_one, [(i, tp, pp) for i in range(n)], progress, "fix schedules"))
+def simulated_text(rep: Replicate) -> str:
+    """What one replicate shows, in the report's terms."""
+    if rep.error:
+        return f"a crash ({rep.error})"
+    bad = _bad_from(rep.outcomes())
+    if bad:
+        step, what = bad
+        return f"{'NaN' if what == 'nan' else 'a metric >= 1.05'} from step {step}"
+    if "w" in rep.steps:
+        step = rep.steps.index("w") + 1
+        return f"fine (weights differ from the reference from step {step}, metric < {METRIC_BOUND})"
+    if "h" in rep.steps:
+        return "fine (a hazard, values intact)"
+    return "fine"
 
 
-_FIX_WEIGHTS = {}
+def reported_text(obs: Observation) -> str:
+    if obs.outcome == "fine":
+        return "fine"
+    return f"{'NaN' if obs.outcome == 'nan' else 'a metric >= 1.05'} from step {obs.onset_step}"
 
 
-def _fix_weights(rank, shapes):
-    """Blockwise-FP8 (128x128, FP32 scales) shards quantized once on the CPU by the TE fake."""
-    key = (rank, shapes)
-    if key not in _FIX_WEIGHTS:
-        import torch
-
-        from simdist.fakes import transformer_engine as te
-        q = te.Float8BlockQuantizer(te.TE_DType.kFloat8E4M3, rowwise=True, columnwise=False,
-                                    force_pow_2_scales=False)
-        out = []
-        for i, shape in enumerate(shapes):
-            g = torch.Generator().manual_seed(1000 * i + rank)
-            t = q(torch.randn(*shape, generator=g).to(torch.bfloat16))
-            out.append((t._rowwise_data.clone(), t._rowwise_scale_inv.clone(), shape))
-        _FIX_WEIGHTS[key] = out
-    return _FIX_WEIGHTS[key]
-
-
-def _dequantize(data, scale_inv, shape):
-    import torch
-    m, k = shape
-    tiles = data.view(torch.float8_e4m3fn).float().view(m // 128, 128, k // 128, 128)
-    return (tiles * scale_inv[: m // 128, : k // 128][:, None, :, None]).reshape(m, k).to(torch.bfloat16)
-
-
-def fix_program(tp=2, pp=1, shapes=((256, 512), (512, 256))):
-    """Blockwise-FP8 weights dequantized on a side stream WITH the fix, then TP-gathered; True if bit-exact.
-
-    The reference is the same gather of a dequantize on the current stream (one stream, nothing to race).
-    """
-    import torch
-    import torch.distributed as dist
-
-    cur = torch.cuda.current_stream()
-    side = torch.cuda.Stream()
-    weights = [(d.cuda(), s.cuda(), shape) for d, s, shape in _fix_weights(dist.get_rank(), tuple(shapes))]
-    # the recommended fix: dequantize a layer's weights on the side stream, ONE wait for all of them, and
-    # record_stream on each (measured on 2xH200: -0.6% vs unsynced; a wait per weight costs +4.5%)
-    side.wait_stream(cur)
-    with torch.cuda.stream(side):
-        deq = [_dequantize(d, s, shape) for d, s, shape in weights]
-    cur.wait_stream(side)
-    for w in deq:
-        w.record_stream(cur)
-    ok = True
-    for w, (data, sinv, shape) in zip(deq, weights):
-        parts = [torch.empty_like(w) for _ in range(tp)]
-        dist.all_gather(parts, w)
-        ref_parts = [torch.empty_like(w) for _ in range(tp)]
-        dist.all_gather(ref_parts, _dequantize(data, sinv, shape))
-        full, ref = torch.cat(parts), torch.cat(ref_parts)
-        ok &= bool(torch.equal(full, ref)) and not bool(torch.isnan(full).any())
-    del deq
-    return ok
-
-
-def main(a):
-    t0 = time.time()
-    out = {"incident": "NeMo-RL #1164: GRPO, FP8 blockwise params, TP>=2 -> NaN token_mult_prob_error after refit"}
-    if not a.json:
-        print("simdist hunt: " + out["incident"])
-        print(f"configurations: TP {TPS} x {RECIPES} x fp8_param on/off x PP {PPS}; candidates: {candidates()}")
-    cells = compute_matrix(seeds=min(a.seeds, 3), progress=not a.no_progress and not a.json)
-    v = verdicts(cells)
-    out["cells"] = [dict(asdict(c), symbol=c.symbol) for c in cells]
-    out["verdicts"] = v
-    fits = [c for c, r in v.items() if r["fits"]]
-    out["fits"] = fits
-    if not a.json:
-        print()
-        print(format_matrix(cells))
-        print()
-        print(explain(v))
-    ranked = sorted((c for c in v if c != "faithful"),
-                    key=lambda c: (len(v[c]["damages_where_reported_fine"]) + len(v[c]["misses_reported"])
-                                   + 100 * len(v[c]["errors"]), c))
-    best = fits[0] if fits else (ranked[0] if ranked else None)
-    out["closest"] = best
-    if best is not None and not fits and not a.json:
-        print(f"\nclosest candidate: {best} (witness below is for it)")
-    witness = find_witness(best, cells) if best is not None else None
-    if witness is not None:
-        cfg, delays, res = witness
-        res.save_trace(a.trace)
-        kwargs = dict(cfg, faults=[best])
-        world = cfg["tp"] * cfg["pp"]
-        if "seed" in delays:
-            how, pol = f"seed {delays['seed']} of the jitter policy", f"--seed {delays['seed']}"
-        elif delays:
-            (key, ns), = delays.items()
-            how = f"one delay: {ns / 1e6:g} ms on rank {key[0]} {key[1]} op #{key[2]}"
-            pol = f"--policy none --delay-op {key[0]},{key[1]},{key[2]},{ns}"
+def fit(evidence: Evidence, cells: List[Cell], depths, seeds) -> dict:
+    """Per candidate: which evidence cells each replicate matches, and the verdict."""
+    index = {}
+    for c in cells:
+        key = (c.candidate, _ckey(c.config), c.depth)
+        index[key] = c
+    out = {}
+    for cand in sorted({c.candidate for c in cells}, key=list(CANDIDATES).index):
+        ev = []  # (observation, config)
+        for o in evidence.observations:
+            if not o.counts or "program" in o.change:
+                continue
+            cfg = dict(evidence.config_of(o), **({"fix": o.change["fix"]} if "fix" in o.change else {}))
+            if all((cand, _ckey(cfg), d) in index for d in depths):
+                ev.append((o, cfg))
+        reps = []
+        for d in depths:
+            for s in range(seeds):
+                row = []
+                for o, cfg in ev:
+                    cell = index[(cand, _ckey(cfg), d)]
+                    rep = cell.replicates[min(s, len(cell.replicates) - 1)]
+                    row.append((o, cfg, rep, matches(o, rep)))
+                reps.append(((d, s), row))
+        if not ev:
+            verdict = "no verdict"
+        elif all(all(m for *_, m in row) for _, row in reps):
+            verdict = "reproduces"
+        elif any(all(m for *_, m in row) for _, row in reps):
+            verdict = "fragile"
         else:
-            how, pol = "no delay at all (the cost model alone)", "--policy none"
-        replay = (f"simdist run simdist.properties.hunt:refit_program --world-size {world} {pol} "
-                  f"--kwargs '{json.dumps(kwargs)}'")
-        out["witness"] = {"candidate": best, "config": cfg, "delays": {str(k): v for k, v in delays.items()},
-                          "replay": replay, "trace": a.trace, "digest": res.digest,
-                          "hazards": [h.kind for h in res.hazards]}
-        if not a.json:
-            print()
-            print(f"smallest reproducer of {best}: {_cfg(cfg).strip()}, {how}")
-            print(f"  replay: {replay}")
-            print(f"  Perfetto trace of the witness: {a.trace}  (open in https://ui.perfetto.dev)")
-            if res.hazards:
-                print()
-                print(str(res.hazards[0]))
-    bad = check_fix(a.fix_schedules, progress=not a.no_progress and not a.json)
-    out["fix"] = {"schedules": a.fix_schedules, "failures": bad}
-    if not a.json:
-        print("\nthe fix (side-stream dequantize, one wait_stream per layer + record_stream, then the TP gathers)"
-              f" under "
-              f"{a.fix_schedules} schedules (jitter, PCT, choice): {'clean in all' if bad == 0 else f'{bad} FAILED'}")
+            verdict = "does not fit"
+        score = (sum(sum(m for *_, m in row) for _, row in reps) / len(reps)) if ev else 0.0
+        nsym = sum(1 for o, _ in ev if o.outcome != "fine")
+        sym = (sum(sum(m for o, _c, _r, m in row if o.outcome != "fine") for _, row in reps) / len(reps)
+               if ev else 0.0)
+        out[cand] = {"verdict": verdict, "score": score, "symptom_score": sym, "symptom_cells": nsym,
+                     "evidence_cells": len(ev), "replicates": reps}
+    return out
+
+
+def _ckey(c: dict) -> str:
+    return json.dumps(c, sort_keys=True)
+
+
+# ============================================================================ the text, generated
+def format_matrix(evidence: Evidence, cells: List[Cell], configs, depths) -> List[str]:
+    cands = [c for c in CANDIDATES if any(x.candidate == c for x in cells)]
+    index = {(c.candidate, _ckey(c.config), c.depth): c for c in cells}
+    rows = configs + [dict(evidence.run, fix=f) for f in evidence.fixes_observed()]
+    width = max(len(_cfg_text(c)) for c in rows) + 2
+    colw = max(2 * len(depths) * 3 + 2, 9)
+    short = {c: (c if len(c) <= colw - 1 else c[:colw - 1]) for c in cands}
+    lines = [f"{'configuration':<{width}}{'reported':<10}" + "".join(f"{short[c]:>{colw}}" for c in cands)]
+    for cfg in rows:
+        o = evidence.lookup(cfg, cfg.get("fix"))
+        rep = o.reported() if o else "?"
+        if o and o.counts and evidence.inferred_factors():
+            rep += "*"
+        row = f"{_cfg_text(cfg):<{width}}{rep:<10}"
+        for cand in cands:
+            parts = []
+            vary = False
+            for d in depths:
+                cell = index.get((cand, _ckey(cfg), d))
+                parts.append(cell.text() if cell else "?")
+                vary |= bool(cell and cell.varies)
+            row += f"{'/'.join(parts) + ('~' if vary else ''):>{colw}}"
+        lines.append(row)
+    return lines
+
+
+def _cells_where(cells, cand, pred):
+    return [c for c in cells if c.candidate == cand and pred(c)]
+
+
+def describe_faithful(cells, depths) -> List[str]:
+    fc = [c for c in cells if c.candidate == "faithful" and not c.config.get("fix")]
+    if not fc:
+        return []
+    hz = [c for c in fc if any(r.hazards for r in c.replicates)]
+    wrong = [c for c in fc if any(s != "." for r in c.replicates for s in r.steps)]
+    crashed = [c for c in fc if any(r.error for r in c.replicates)]
+    lines = []
+    if not wrong:
+        lines.append("The faithful stack is clean in every configuration, depth and seed: the symptom needs a "
+                     "missing edge.")
+        return lines
+    cfgs = _unique_cfgs(wrong)
+    worst = max((s for c in wrong for r in c.replicates for s in r.steps),
+                key=lambda s: "hwMNX".index(s) if s in "hwMNX" else -1)
+    first = min(r.steps.index(s) + 1 for c in wrong for r in c.replicates for s in r.steps if s != ".")
+    what = {"h": "a hazard with intact values", "w": f"weights that differ from the reference (metric < "
+            f"{METRIC_BOUND})", "M": f"a metric >= {METRIC_BOUND}", "N": "a NaN metric", "X": "a crash"}[worst]
+    common = _common_factors(cfgs)
+    lines.append(f"The faithful stack (the code's own ordering) shows at worst {what}, from step {first}, in "
+                 f"{len(cfgs)} configuration(s){' (all ' + common + ')' if common else ''}: "
+                 f"{'; '.join(_cfg_text(c).strip() for c in cfgs[:3])}{' ...' if len(cfgs) > 3 else ''}; "
+                 f"{'with a hazard in ' + str(len(_unique_cfgs(hz))) + ' of them' if hz else 'with no hazard'}"
+                 f"{', crashing in ' + str(len(crashed)) if crashed else ''}.")
+    return lines
+
+
+def _unique_cfgs(cells):
+    out = []
+    for c in cells:
+        if c.config not in out:
+            out.append(c.config)
+    return out
+
+
+def _common_factors(cfgs) -> str:
+    if not cfgs:
+        return ""
+    parts = []
+    for k in ("tp", "pp", "dp", "recipe", "fp8_param"):
+        vals = {c[k] for c in cfgs}
+        if len(vals) == 1:
+            v = vals.pop()
+            parts.append(f"{k.upper() if k in ('tp', 'pp', 'dp') else k}" +
+                         (f"={v}" if k not in ("tp", "pp", "dp") else f"{v}"))
+    return ", ".join(parts)
+
+
+def explain(evidence: Evidence, cells: List[Cell], v: dict, depths, seeds) -> List[str]:
+    """Every sentence generated from the fit."""
+    lines = []
+    nrep = len(depths) * seeds
+    repro = [c for c, r in v.items() if r["verdict"] == "reproduces"]
+    fragile = [c for c, r in v.items() if r["verdict"] == "fragile"]
+    if all(r["verdict"] == "no verdict" for r in v.values()):
+        lines.append("No verdict: the evidence has no observed or inferred cell that the sweep simulates, so "
+                     "every column counts neither way.")
+        return lines
+    lines += describe_faithful(cells, depths)
+    if repro:
+        for c in repro:
+            r = v[c]
+            lines.append(f"Reproduces the incident: {c} ({CANDIDATES[c].counterpart}; drops: "
+                         f"{CANDIDATES[c].edge}). It matches all {r['evidence_cells']} evidence cells in all "
+                         f"{nrep} replicates ({len(depths)} depths x {seeds} seeds): "
+                         + "; ".join(f"{_cfg_text(cfg).strip()} {reported_text(o)}"
+                                     for o, cfg, _rep, _m in r["replicates"][0][1]) + ".")
+    else:
+        lines.append("No candidate reproduces the evidence in every replicate.")
+    for c in fragile:
+        r = v[c]
+        ok = [rk for rk, row in r["replicates"] if all(m for *_, m in row)]
+        bad = [(rk, row) for rk, row in r["replicates"] if not all(m for *_, m in row)]
+        (d, s), row = bad[0]
+        o, cfg, rep, _ = next(x for x in row if not x[3])
+        lines.append(f"{c} is fragile: it matches every evidence cell only at "
+                     f"{', '.join(f'depth {dd} seed {ss}' for dd, ss in ok)}; at depth {d} seed {s}, "
+                     f"{_cfg_text(cfg).strip()} (reported {reported_text(o)}) gives {simulated_text(rep)}.")
+    for c, r in v.items():
+        if r["verdict"] != "does not fit":
+            continue
+        misses = _consistent_misses(r)
+        if misses:
+            why = "; ".join(f"{_cfg_text(cfg).strip()} (reported {reported_text(o)}) gives "
+                            f"{simulated_text(rep)}{' in every replicate' if every else ' in some replicates'}"
+                            for o, cfg, rep, every in misses[:2])
+            more = f" (and {len(misses) - 2} more cell(s))" if len(misses) > 2 else ""
+            lines.append(f"{c} does not fit: {why}{more}.")
+    best = best_candidate(v)
+    if best and not repro:
+        r = v[best]
+        matched = _always_matched(r)
+        misses = _consistent_misses(r)
+        lines.append(
+            f"Closest: {best} ({CANDIDATES[best].counterpart}), matching {_num(r['symptom_score'])} of "
+            f"{r['symptom_cells']} reported-failure cell(s) and {_num(r['score'])} of {r['evidence_cells']} evidence "
+            f"cells on average over {nrep} replicates (ranked by failure cells, then all cells)"
+            + (f"; it matches {', '.join(_cfg_text(cfg).strip() + ' ' + reported_text(o) for o, cfg in matched)}"
+               f" in every replicate" if matched else "")
+            + (f"; it differs at {', '.join(_cfg_text(cfg).strip() for _, cfg, _, _ in misses)}" if misses else "")
+            + ".")
+    return lines
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if abs(x - round(x)) < 1e-9 else f"{x:.2f}"
+
+
+def _consistent_misses(r):
+    """(observation, config, example replicate, missed in every replicate?) for each evidence cell missed."""
+    out = []
+    n = len(r["replicates"][0][1]) if r["replicates"] else 0
+    for i in range(n):
+        col = [row[i] for _, row in r["replicates"]]
+        missed = [x for x in col if not x[3]]
+        if missed:
+            o, cfg, rep, _ = missed[0]
+            out.append((o, cfg, rep, len(missed) == len(col)))
+    return out
+
+
+def _always_matched(r):
+    n = len(r["replicates"][0][1]) if r["replicates"] else 0
+    out = []
+    for i in range(n):
+        col = [row[i] for _, row in r["replicates"]]
+        if all(x[3] for x in col):
+            out.append((col[0][0], col[0][1]))
+    return out
+
+
+def best_candidate(v: dict) -> Optional[str]:
+    """A reproducing candidate, else a fragile one, else the one matching most reported-failure cells on average
+    over the replicates, then most evidence cells (faithful included: the real code may be the cause)."""
+    ranked = sorted((c for c in v if v[c]["verdict"] != "no verdict"),
+                    key=lambda c: ({"reproduces": 0, "fragile": 1}.get(v[c]["verdict"], 2), -v[c]["symptom_score"],
+                                   -v[c]["score"], list(CANDIDATES).index(c)))
+    return ranked[0] if ranked else None
+
+
+# ============================================================================ fix: proof and cost
+def _fix_one(job):
+    candidate, config, depth, steps, k, poison = job
+    import random
+    rng = random.Random(hash((candidate, _ckey(config), depth, k)) & 0xFFFFFFFF)
+    kind = k % 3
+    pol = (simdist.Jitter(rng.randrange(2**32)) if kind == 0 else
+           simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if kind == 1 else
+           simdist.Choice([rng.choice([0, 0, 0, 1, 4, 8]) for _ in range(64)]))
+    kw = cell_kwargs(candidate, config, depth, steps)
+    kw["fixes"] = tuple(sorted(set(kw["fixes"]) | {CANDIDATES[candidate].fix}))
+    world = config["tp"] * config["pp"] * config["dp"]
+    try:
+        res = simdist.run(refit_program, world_size=world, policy=pol, kwargs=kw, nccl=NCCL, poison=poison)
+    except Exception as e:  # noqa: BLE001
+        return f"{_cfg_text(config).strip()} depth {depth}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    sym, _ = _symbols(res, steps)
+    if res.hazards or any(s != "." for s in sym):
+        return (f"{_cfg_text(config).strip()} depth {depth} schedule {k}: {''.join(sym)}"
+                f"{' ' + res.hazards[0].kind if res.hazards else ''}")
+    return None
+
+
+def check_fix(candidate, configs, depths, steps, schedules, poison, progress=True, processes=None):
+    """The candidate's fix in the full refit program, every configuration x depth, `schedules` in total
+    (round-robin over them; jitter, PCT and choice policies). Returns (runs, failures)."""
+    grid = [(c, d) for c in configs for d in depths]
+    jobs = [(candidate, grid[i % len(grid)][0], grid[i % len(grid)][1], steps, i, poison)
+            for i in range(schedules)]
+    cost = lambda j: j[1]["tp"] * j[1]["pp"] * j[1]["dp"] * j[2]  # noqa: E731
+    res = _pool_map(_fix_one, jobs, progress, "fix schedules", processes, cost)
+    return len(jobs), [r for r in res if r]
+
+
+_FIX_COST_ROWS = {"side_stream_wait": "wait_stream", "synchronize_after_dequantize": "synchronize"}
+
+
+def fix_cost(fix: str) -> Tuple[Optional[str], Optional[str]]:
+    """(sentence, report path) from the newest committed GPU fix-cost report, or (None, path-or-None)."""
+    reports = sorted(glob.glob(os.path.join(ROOT, "docs", "gpu-fixcost-*.json")))
+    if not reports:
+        return None, None
+    path = reports[-1]
+    with open(path) as f:
+        d = json.load(f)
+    timing = d.get("timing") or {}
+    strategies = timing.get("strategies") or {}
+    row = _FIX_COST_ROWS.get(fix)
+    date = (d.get("environment") or {}).get("date", "?")
+    rel = os.path.relpath(path, ROOT)
+    if row is None or row not in strategies:
+        return None, rel
+    s, base = strategies[row], strategies.get("unsynced", {})
+    env = d.get("environment") or {}
+    return (f"{s.get('text', row)}: {s['median_ms']:.2f} ms vs {base.get('median_ms', float('nan')):.2f} ms unsynced "
+            f"({s['overhead_pct']:+.1f}%), {timing.get('layers', '?')} layers, median of {timing.get('iters', '?')}"
+            f" iterations on {len(env.get('gpus', []))}x {(env.get('gpus') or ['?'])[0]}, "
+            f"torch {env.get('torch', '?')} ({rel}, {date})"), rel
+
+
+# ============================================================================ the smallest reproducer
+def find_witness(candidate, cells, evidence, steps, poison):
+    """The smallest damaging cell of the candidate (fewest ranks, then depth), then the fewest delays: none if
+    the cost model alone shows the damage, else one delayed producer (each hazard's in turn, targeted)."""
+    dmg = [c for c in cells if c.candidate == candidate and not c.config.get("fix")
+           and any(s in "wMN" for r in c.replicates for s in r.steps)]
+    if not dmg:
+        return None
+    dmg.sort(key=lambda c: (c.config["tp"] * c.config["pp"] * c.config["dp"], c.depth,
+                            evidence.lookup(c.config) is None))
+    cell = dmg[0]
+    kw = cell_kwargs(candidate, cell.config, cell.depth, steps)
+    world = cell.config["tp"] * cell.config["pp"] * cell.config["dp"]
+    res = simdist.run(refit_program, world_size=world, kwargs=kw, policy="none", nccl=NCCL, poison=poison)
+    sym, _ = _symbols(res, steps)
+    if any(s in "wMN" for s in sym):
+        return cell, kw, world, None, res, sym
+    for h in res.hazards:
+        key = getattr(h, "first_op_key", None)
+        if key is None:
+            continue
+        pol = simdist.Targeted({key: TARGET_DELAY_NS}, simdist.NoJitter())
+        res2 = simdist.run(refit_program, world_size=world, kwargs=kw, policy=pol, nccl=NCCL, poison=poison)
+        sym2, _ = _symbols(res2, steps)
+        if any(s in "wMN" for s in sym2):
+            return cell, kw, world, key, res2, sym2
+    return None
+
+
+# ============================================================================ the command
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--reported", default=DEFAULT_EVIDENCE, metavar="FILE",
+                   help="the incident's evidence file (format in the module docstring; default: NeMo-RL #1164)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--seeds", type=int, default=3, help="schedule seeds per cell that has a hazard (default 3)")
+    p.add_argument("--depths", default=",".join(map(str, DEPTHS)), help="model depths in layers (default 2,4)")
+    p.add_argument("--fix-schedules", type=int, default=48,
+                   help="schedules for the fix in the full refit program, spread over every configuration and "
+                        "depth (default 48)")
+    p.add_argument("--wide", action="store_true",
+                   help="the full TP x DP x recipe cross product, and PP=1 too (slower)")
+    p.add_argument("--candidates", default=",".join(DEFAULT_CANDIDATES),
+                   help=f"comma-separated, or 'all' ({', '.join(CANDIDATES)})")
+    p.add_argument("--fresh-memory", default="nan", choices=("nan", "zero"),
+                   help="what never-written device memory holds (simdist's poison; default nan)")
+    p.add_argument("--processes", type=int, default=None, help="worker processes (default: every core)")
+    p.add_argument("--trace", default="hunt-witness.trace.json", help="where to write the witness trace")
+    p.add_argument("--export", default=None, help="also write the scenario corpus for the GPU job here")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m simdist.properties.hunt",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_arguments(p)
+
+
+def _options(a):
+    """Options from `a`; a namespace from a CLI that predates --reported gets the hunt's own defaults."""
+    defaults = build_parser().parse_args([])
+    legacy = not hasattr(a, "reported")
+    get = lambda k: getattr(defaults if legacy and k in ("seeds", "fix_schedules") else a, k,  # noqa: E731
+                            getattr(defaults, k))
+    opts = {k: get(k) for k in vars(defaults)}
+    opts["legacy"] = legacy
+    return argparse.Namespace(**opts)
+
+
+def main(a=None) -> int:
+    if a is None or isinstance(a, list):
+        a = build_parser().parse_args(a)
+    a = _options(a)
+    t0 = time.time()
+    evidence = Evidence.load(a.reported)
+    depths = tuple(int(x) for x in str(a.depths).split(","))
+    seeds = max(1, int(a.seeds))
+    steps = evidence.steps_needed()
+    configs = sweep_configs(evidence, a.wide)
+    progress = not a.no_progress and not a.json
+    say = (lambda *x: None) if a.json else print
+    out = {"incident": evidence.incident, "evidence": os.path.relpath(evidence.path, ROOT), "versions": VERSIONS}
+    say(f"simdist hunt: {evidence.incident}")
+    say(f"evidence: {out['evidence']} ({evidence.source})")
+    if a.legacy:
+        say("  (this CLI does not pass the hunt's options yet: hunt defaults used; see "
+            "`python -m simdist.properties.hunt --help`)")
+    counted = [o for o in evidence.observations if o.counts and "program" not in o.change]
+    say(f"  {len(counted)} observed/inferred cells, "
+        f"{sum(1 for o in evidence.observations if o.status == 'unknown')} unknown, "
+        f"{sum(1 for o in evidence.observations if 'program' in o.change)} outside the refit program "
+        f"({', '.join(o.quote for o in evidence.observations if 'program' in o.change)}: not simulated)")
+    inf = evidence.inferred_factors()
+    if inf:
+        say(f"  * the run's {', '.join(f'{k}={evidence.run[k]}' for k in inf)} are inferred, not reported")
+    say(f"stack: fakes ({VERSIONS}); {len(configs)} configurations x depths {list(depths)} x up to {seeds} seeds, "
+        f"{steps} GRPO steps, fresh device memory = {a.fresh_memory}")
+    cands = list(CANDIDATES) if a.candidates == "all" else [c.strip() for c in a.candidates.split(",") if c]
+    unknown = [c for c in cands if c not in CANDIDATES]
+    if unknown:
+        raise SystemExit(f"unknown candidate(s) {unknown}; known: {list(CANDIDATES)}")
+    cells = compute_cells(evidence, configs, depths, seeds, steps, a.fresh_memory, progress, a.processes, cands)
+    v = fit(evidence, cells, depths, seeds)
+    say("")
+    say("candidates (the ordering each drops; where it lives in the real code):")
+    for name, c in ((n, CANDIDATES[n]) for n in cands):
+        say(f"  {name} [{c.counterpart}]: {c.edge}")
+        for s in c.sources:
+            say(f"      {s}")
+    say("")
+    say(f"failure matrix: depth {'/'.join(map(str, depths))} layers, one symbol per GRPO step (. clean  h hazard, "
+        f"values intact  w weights differ, metric < {METRIC_BOUND}  M metric >= {METRIC_BOUND}  N NaN metric  "
+        "X crash  ~ seeds differ; reported: ? unknown, * with inferred factors)")
+    for line in format_matrix(evidence, cells, configs, depths):
+        say(line)
+    say("")
+    conclusion = explain(evidence, cells, v, depths, seeds)
+    for line in conclusion:
+        say(line)
+    multi = [c for c in cells if len(c.replicates) > 1]
+    if seeds > 1:
+        by = sorted({c.candidate for c in multi}, key=list(CANDIDATES).index)
+        say(f"Seeds: {len(multi)} evidence cell(s) with a hazard ran {seeds} seeds each"
+            f"{' (' + ', '.join(by) + ')' if by else ''}; hazard-free cells ran once (every schedule orders "
+            "them alike); cells outside the evidence ran seed 0 only.")
+    out["cells"] = [dict(candidate=c.candidate, config=c.config, depth=c.depth, text=c.text(),
+                         replicates=[asdict(r) for r in c.replicates]) for c in cells]
+    out["verdicts"] = {c: {"verdict": r["verdict"], "score": r["score"], "evidence_cells": r["evidence_cells"]}
+                       for c, r in v.items()}
+    out["conclusion"] = conclusion
+    best = best_candidate(v)
+    out["best"] = best
+    ok = True
+    if best is not None:
+        cand = CANDIDATES[best]
+        say("")
+        runs, failures = check_fix(best, configs, depths, steps, a.fix_schedules, a.fresh_memory, progress,
+                                   a.processes)
+        verdict = "clean in all" if not failures else f"{len(failures)} FAILED (first: {failures[0]})"
+        say(f"fix for {best}: {cand.fix}, in the full refit program, {runs} schedules (jitter, PCT, choice) over "
+            f"{len(configs)} configurations x {len(depths)} depths: {verdict}")
+        cost, report = fix_cost(cand.fix)
+        if cost:
+            say(f"  its cost on GPUs: {cost}")
+        else:
+            say(f"  its cost on GPUs: no measurement of this fix in {report or 'any docs/gpu-fixcost-*.json'}")
+        out["fix"] = {"candidate": best, "fix": cand.fix, "schedules": runs, "failures": failures, "cost": cost}
+        ok = not failures
+        w = find_witness(best, cells, evidence, steps, a.fresh_memory)
+        if w is not None:
+            cell, kw, world, key, res, sym = w
+            res.save_trace(a.trace)
+            pol = "--policy none" + (f" --delay-op {key[0]},{key[1]},{key[2]},{TARGET_DELAY_NS}" if key else "")
+            replay = (f"simdist run simdist.properties.hunt:refit_program --world-size {world} --nccl {NCCL} {pol} "
+                      f"--kwargs '{json.dumps(kw)}'")
+            how = (f"one delay: {TARGET_DELAY_NS / 1e6:g} ms on rank {key[0]} {key[1]} op #{key[2]}" if key
+                   else "no delay (the cost model alone)")
+            say(f"smallest reproducer of {best}: {_cfg_text(cell.config).strip()}, depth {cell.depth}, {how}: "
+                f"steps {''.join(sym)}")
+            say(f"  replay: {replay}")
+            say(f"  Perfetto trace: {a.trace}")
+            out["witness"] = {"config": cell.config, "depth": cell.depth, "replay": replay, "steps": "".join(sym),
+                              "digest": res.digest, "hazards": [h.kind for h in res.hazards]}
     if a.export:
         from simdist.properties.scenarios import export_corpus
         export_corpus(a.export)
         out["corpus"] = a.export
+    errors = [c for c in cells if any(r.error for r in c.replicates)]
     out["seconds"] = round(time.time() - t0, 1)
     if a.json:
         print(json.dumps(out, indent=1, default=str))
     else:
         print(f"\nhunt finished in {out['seconds']} s")
-    errors = [c for c in cells if c.error]
-    return 0 if not errors and bad == 0 else 1
+    return 0 if ok and not errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -372,4 +372,8 @@ def test_fp8_param_off_skips_tile_checks_and_faults_are_checked():
     with pytest.raises(ValueError, match="unknown fault"):
         mb.MegatronModelBridge(faults={"not_a_fault"})
     assert mc.FAULTS == {"dequant_side_stream", "async_gather_no_wait", "refit_during_param_gather",
-                         "no_record_stream", "pp_broadcast_dequantized_temp", "ipc_pack_no_sync"}
+                         "no_record_stream", "ipc_pack_no_sync", "packed_broadcast_unjoined"}
+    with pytest.raises(ValueError, match="removed: the PP broadcast is now modelled as Megatron-Bridge"):
+        mb.MegatronModelBridge(faults={"pp_broadcast_dequantized_temp"})
+    with pytest.raises(ValueError, match="unknown fix"):
+        mb.MegatronModelBridge(fixes={"not_a_fix"})
