@@ -1,9 +1,9 @@
 """Megatron-Core 0.16.1: the distributed optimizer (use_distributed_optimizer=True) with overlap_grad_reduce=True
 and overlap_param_gather=True, TP=2 x DP=2 (world 4), the tensor-parallel MLP with a vocab-parallel head of
-megatron_tp2_dp2_ddp.py, small buckets (one per parameter: the bucketed reduce-scatters overlap backward, the
-bucketed all-gathers of the updated parameters overlap the next forward, dispatched and waited by DDP's forward
-pre-hooks), Adam with gradient clipping, 3 steps of 2 micro-batches each. After the last step
-`disable_forward_pre_hook()` gathers the last update, as Megatron's training loop does before evaluation.
+megatron_tp2_dp2_ddp.py, small buckets (bucket_size=100 elements: several buckets, so the bucketed reduce-scatters
+overlap backward and the bucketed all-gathers of the updated parameters overlap the next forward, dispatched and
+waited by DDP's forward pre-hooks), Adam with gradient clipping, 3 steps of 2 micro-batches each. After the last
+step `disable_forward_pre_hook()` gathers the last update, as Megatron's training loop does before evaluation.
 
     torchrun --standalone --nproc-per-node=4 tests/real_libs/megatron_distopt_overlap.py
 
