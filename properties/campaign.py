@@ -42,14 +42,15 @@ def refit_config(recipe="bf16", fp8_param=False, shape=None):
 
 
 def refit_case(tp=1, pp=1, ep=1, recipe="bf16", fp8_param=False, shape=None, steps=2, refit="colocated",
-               overlap_param_gather=True, group_bytes=1 << 20, faults=()):
+               overlap_param_gather=True, group_bytes=1 << 20, faults=(), **loop_options):
     """One rank of `simdist.fakes.nemo_rl.grpo_refit_loop` (DP = world / (TP x PP)); per step: the HF names whose
     refitted weight differs from the no-parallelism reference, names holding NaN, the weights' digest and
-    token_mult_prob_error."""
+    token_mult_prob_error. Other keyword arguments (`overlap_param_gather_with_optimizer_step`, `fixes`...) go
+    to the loop as they are."""
     from simdist.fakes import nemo_rl
     recs = nemo_rl.grpo_refit_loop(refit_config(recipe, fp8_param, shape), tp=tp, pp=pp, ep=ep, steps=steps,
                                    faults=frozenset(faults), refit=refit, overlap_param_gather=overlap_param_gather,
-                                   group_bytes=group_bytes)
+                                   group_bytes=group_bytes, **loop_options)
     return [{"step": r["step"], "mismatched": list(r["mismatched"]), "nan_weights": list(r["nan_weights"]),
              "digest": r["digest"], "metric": r["token_mult_prob_error"]} for r in recs]
 
@@ -147,7 +148,8 @@ def describe(case) -> str:
     return (f"TP{case['tp']} PP{case['pp']} DP{case['dp']} EP{case['ep']} {case['recipe']}"
             f"{' fp8_param' if case['fp8_param'] else ''} h{s.get('hidden_size')} f{s.get('ffn_hidden_size')} "
             f"L{s.get('num_layers')} heads{s.get('num_attention_heads')}/{s.get('num_query_groups')}{moe} "
-            f"steps{case['steps']} {case['refit']}{' overlap' if case['overlap_param_gather'] else ''} "
+            f"steps{case['steps']} {case['refit']}{' overlap' if case['overlap_param_gather'] else ''}"
+            f"{'+opt' if case.get('overlap_param_gather_with_optimizer_step') else ''} "
             f"g{case['group_bytes']} nccl{case['nccl']}" + (f" faults={','.join(case['faults'])}"
                                                             if case.get("faults") else ""))
 
@@ -244,13 +246,15 @@ class _Stop(BaseException):
     """Ends a measured Hypothesis run past its time budget (a BaseException: not a failure to shrink)."""
 
 
-def time_to_find(check, cases, schedules, *, seed=0, find_s=120.0, shrink_s=90.0, max_examples=100_000):
+def time_to_find(check, cases, schedules, *, seed=0, find_s=120.0, shrink_s=90.0, max_examples=100_000,
+                 delay_schedules=None):
     """Run `check(case, schedule)` under Hypothesis from an empty database until the first failure (at most
     `find_s` seconds), then let Hypothesis shrink it (at most `shrink_s` seconds).
 
     Returns dict(found, examples, seconds: to the first failure; shrunk case and schedule, shrink_seconds, calls:
     test-function calls in all, shrink_complete: False when the shrink budget cut shrinking short, in which case
-    the smallest failing example seen is reported).
+    the smallest failing example seen is reported). With `delay_schedules` (a strategy of choice schedules), a
+    failure shrunk to a PCT or jitter schedule is searched again on its configuration with explicit delays only.
     """
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hseed
@@ -301,10 +305,36 @@ def time_to_find(check, cases, schedules, *, seed=0, find_s=120.0, shrink_s=90.0
         return {"found": False, "examples": state["calls"], "seconds": end - t0, "calls": state["calls"]}
     case, schedule = state["final"] or state["last_fail"][:2]
     err = state["fails"][json.dumps([case, schedule.to_json()], sort_keys=True, default=str)]
-    return {"found": True, "examples": state["first_calls"], "seconds": state["first"] - t0, "case": case,
-            "schedule": schedule, "failure": str(err).splitlines()[0][:200] if str(err) else type(err).__name__,
-            "shrink_seconds": end - state["first"], "calls": state["calls"], "shrink_complete": complete,
-            "error": err}
+    out = {"found": True, "examples": state["first_calls"], "seconds": state["first"] - t0, "case": case,
+           "schedule": schedule, "failure": str(err).splitlines()[0][:200] if str(err) else type(err).__name__,
+           "shrink_seconds": end - state["first"], "calls": state["calls"], "shrink_complete": complete,
+           "error": err}
+    if delay_schedules is not None and getattr(schedule, "kind", "choice") != "choice":
+        # PCT or jitter perturbs every op and does not shrink to a choice schedule; on the shrunk configuration,
+        # a second search over choice schedules alone finds the fewest explicit delays that still fail
+        from hypothesis import strategies as st
+        d = time_to_find(check, st.just(case), delay_schedules, seed=seed, find_s=find_s, shrink_s=shrink_s,
+                         max_examples=max_examples)
+        out["delay_search"] = {k: d[k] for k in ("found", "examples", "seconds") if k in d}
+        if d["found"]:
+            out.update(schedule=d["schedule"], shrink_complete=complete and d["shrink_complete"],
+                       pct_or_jitter=str(schedule))
+    return out
+
+
+def _attributable(check, unplant):
+    """A failure counts only if the same case and schedule pass without the planted fault (or with the sync
+    back): the time to find measures that fault, not another failure the search may meet on its way."""
+    def attributed(case, schedule):
+        try:
+            check(case, schedule)
+        except Exception:
+            try:
+                check(unplant(case), schedule)
+            except Exception:  # noqa: BLE001 - fails without the plant too: not this fault's failure
+                return
+            raise
+    return attributed
 
 
 def measure(targets=None, *, seed=0, find_s=120.0, shrink_s=90.0, progress=True):
@@ -322,22 +352,29 @@ def measure(targets=None, *, seed=0, find_s=120.0, shrink_s=90.0, progress=True)
     for kind, name in targets:
         if kind == "fault":
             cases = S.refit_cases(faults=frozenset([name]))
-            detect = functools.partial(checks.refit_equals_reference, record_as=None)
-            damage = functools.partial(checks.refit_equals_reference, hazards=False, record_as=None)
+            prop, unplant = checks.refit_equals_reference, (lambda c: dict(c, faults=[]))
         else:
             cases = S.kernel_cases(drop=name, syncs=(name,))
-            detect = functools.partial(checks.kernel_matches_reference, record_as=None)
-            damage = functools.partial(checks.kernel_matches_reference, hazards=False, record_as=None)
+            prop, unplant = checks.kernel_matches_reference, (lambda c: dict(c, drop=False))
+        detect = _attributable(functools.partial(prop, record_as=None), unplant)
+        damage = _attributable(functools.partial(prop, hazards=False, record_as=None), unplant)
         row = {"kind": kind, "name": name}
         for what, check in (("detect", detect), ("damage", damage)):
             t = time.perf_counter()
-            r = time_to_find(check, cases, S.run_schedules(), seed=seed, find_s=find_s, shrink_s=shrink_s)
+            r = time_to_find(check, cases, S.run_schedules(), seed=seed, find_s=find_s, shrink_s=shrink_s,
+                             delay_schedules=S.choice_schedules())
             r.pop("error", None)
             row[what] = r
             if progress:
+                extra = ""
+                if r.get("delay_search"):
+                    ds = r["delay_search"]
+                    extra = (f" [shrunk to {r.get('pct_or_jitter') or 'PCT/jitter'} first; explicit delays "
+                             + (f"found after {ds['examples']} examples]" if ds["found"] else "not found]"))
                 sys.stderr.write(f"  fuzz {kind} {name:<32} {what:<6} "
                                  + (f"found after {r['examples']} examples, {r['seconds']:.1f} s; shrunk to "
-                                    f"{describe(r['case'])} | {r['schedule']} ({time.perf_counter() - t:.0f} s)\n"
+                                    f"{describe(r['case'])} | {r['schedule']}{extra} "
+                                    f"({time.perf_counter() - t:.0f} s)\n"
                                     if r["found"] else f"NOT found in {r['examples']} examples, "
                                                        f"{r['seconds']:.0f} s\n"))
         rows.append(row)
@@ -359,7 +396,7 @@ def format_table(rows) -> str:
             sch = shrunk["schedule"]
             nz = sch.nonzero_delays
             cfg = describe(shrunk["case"]) + ("" if shrunk["shrink_complete"] else " (shrink budget hit)")
-            sched = f"{sch} ({nz if nz is not None else 'every op perturbed'})"
+            sched = f"{sch} ({nz if nz is not None else 'every op perturbed: no explicit-delay schedule found'})"
             world = world_of(shrunk["case"])
         else:
             cfg, sched, world = "-", "-", "-"

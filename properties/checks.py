@@ -153,7 +153,9 @@ def _verdict(prop, case, schedule, res, problems, record_as):
 def _hazard_lines(res):
     kinds = sorted({h.kind for h in res.hazards})
     h = res.hazards[0]
-    return [f"{len(res.hazards)} hazard(s) ({', '.join(kinds)}); first: {str(h).strip().splitlines()[0]}"]
+    a, b = h.first, h.second
+    return [f"{len(res.hazards)} hazard(s) ({', '.join(kinds)}); first: {h.kind}"
+            f"{' [OBSERVED]' if h.observed else ''}: {a.op} on {a.stream} and {b.op} on {b.stream}, unordered"]
 
 
 def refit_equals_reference(case, schedule=None, *, hazards=True, bound=1.05, record_as="refit_equals_reference"):

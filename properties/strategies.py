@@ -26,6 +26,9 @@ RECIPES = ("bf16", "per-tensor", "blockwise-pow2", "blockwise-fp32", "mxfp8")
 BLOCK_SHAPES = ((128, 128), (1, 128), (1, 32))
 #: the syncs of the incident kernel (`simdist.properties.campaign.incident_kernel`); each one orders one pair
 SYNCS = ("wait_stream", "wait_event", "record_stream", "work.wait", "synchronize")
+#: NeMo-RL's refit paths in the fakes (`grpo_refit_loop(refit=...)`): CUDA-IPC colocated, one broadcast per weight,
+#: and the packed broadcast over side streams (nemo_rl/utils/packed_tensor.py)
+REFIT_MODES = ("colocated", "broadcast", "packed-broadcast")
 
 
 def world_sizes(min_size=1, max_size=8):
@@ -181,7 +184,9 @@ class Schedule:
 def choice_schedules(max_delays=3, max_op=4095, max_delay=8):
     """A few extra delays at op indices (launch order over all ranks); shrinks to fewer, earlier, smaller ones and
     finally to none. Sparse, so a delay can land on the op that matters in a program of thousands of ops."""
-    return st.dictionaries(st.integers(0, max_op), st.integers(1, max_delay), max_size=max_delays).map(
+    # half the indices among the first 128 ops (a small program has no more), half anywhere up to max_op
+    ops = st.one_of(st.integers(0, min(127, max_op)), st.integers(0, max_op))
+    return st.dictionaries(ops, st.integers(1, max_delay), max_size=max_delays).map(
         lambda d: Schedule("choice", tuple(sorted(d.items()))))
 
 
@@ -198,8 +203,9 @@ def run_schedules(max_delays=3, max_op=4095, pct_depth=(1, 3)):
 def refit_cases(draw, max_world=8, faults=frozenset(), steps=(1, 3), moe=None):
     """One configuration of the fakes' GRPO refit loop (keyword arguments of `simdist.properties.campaign.refit_case`,
     JSON-safe): parallel degrees (TP, PP, DP, EP for MoE), recipe and FP8 params, an uneven or MoE model shape
-    aligned to the recipe's blocks, steps (the incident shows from step 2), refit mode (colocated IPC or
-    broadcast), the DP param all-gather overlap, the refit's packing budget, the NCCL profile and the fault set:
+    aligned to the recipe's blocks, steps (the incident shows from step 2), refit mode (colocated IPC, broadcast
+    or packed broadcast), the DP param all-gather overlap (at the next forward, or with the optimizer step), the
+    colocated refit's group size, the NCCL profile and the fault set:
     a set (planted, as given) or a strategy (drawn)."""
     deg = draw(parallel_degrees(max_world))
     is_moe = draw(st.booleans())
@@ -211,8 +217,9 @@ def refit_cases(draw, max_world=8, faults=frozenset(), steps=(1, 3), moe=None):
     fs = draw(faults) if isinstance(faults, st.SearchStrategy) else frozenset(faults)
     return {"tp": deg["tp"], "pp": deg["pp"], "dp": deg["dp"], "ep": ep, "recipe": recipe, "fp8_param": fp8,
             "shape": shape, "steps": draw(st.integers(*steps)),
-            "refit": draw(st.sampled_from(["colocated", "broadcast"])),
+            "refit": draw(st.sampled_from(REFIT_MODES)),
             "overlap_param_gather": draw(st.sampled_from([True, False])),
+            "overlap_param_gather_with_optimizer_step": draw(st.booleans()),
             "group_bytes": draw(st.sampled_from([1 << 20, 1 << 14])),
             "nccl": draw(nccl_profiles()), "faults": sorted(fs)}
 

@@ -126,7 +126,8 @@ def test_a_failing_property_prints_its_replay_command_blob_and_trace(tmp_path):
 def test_time_to_find_finds_and_shrinks_a_dropped_sync():
     cases = P.kernel_cases(max_world=4, drop="wait_stream", syncs=("wait_stream",))
     check = lambda c, s: P.kernel_matches_reference(c, s, hazards=False, record_as=None)  # noqa: E731
-    r = campaign.time_to_find(check, cases, P.run_schedules(), seed=0, find_s=60, shrink_s=30)
+    r = campaign.time_to_find(check, cases, P.run_schedules(), seed=0, find_s=60, shrink_s=30,
+                              delay_schedules=P.choice_schedules())
     assert r["found"] and r["examples"] >= 1 and r["seconds"] < 60
     assert campaign.world_of(r["case"]) <= 2 and r["case"]["drop"] and r["case"]["sync"] == "wait_stream"
     assert r["schedule"].nonzero_delays is not None and r["schedule"].nonzero_delays <= 2
