@@ -44,16 +44,12 @@ def main():
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    ref = build()
     model = FSDP(build().cuda(), sharding_strategy=ShardingStrategy.NO_SHARD,
                  mixed_precision=MixedPrecision(param_dtype=torch.float16),
                  auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}), device_id=torch.cuda.current_device())
     x = torch.ones(8, D) / D
     with torch.no_grad():
         out = model(x.cuda()).float()
-    h = x.half().float()
-    for layer in (ref[0], ref[2]):                         # reference: the fp16 forward on the CPU
-        h = torch.tanh(h @ layer.weight.detach().half().float().t()).half().float()
     print(f"rank {rank}: forward output sum {out.sum().item():.4f}")
     dist.destroy_process_group()
 
