@@ -234,12 +234,32 @@ def xdist(workers):
     return time.perf_counter() - t
 
 
+# --- fuzz: time to find (issue 16) -------------------------------------------------------------------------------
+def fuzz_time_to_find(quick=False, only=None):
+    """For each fault switch of the fakes (FAULTS, read now) and each sync of the incident kernel: examples and
+    seconds until the fuzz properties first fail from an empty database (hazard report; damaged values), and the
+    example Hypothesis shrinks it to (simdist.properties.campaign.measure)."""
+    from simdist.properties import campaign
+    from simdist.properties import strategies as S
+    targets = None
+    if only:
+        targets = [("sync" if n in S.SYNCS else "fault", n) for n in only]
+    find_s, shrink_s = (30.0, 30.0) if quick else (120.0, 90.0)
+    rows = campaign.measure(targets, seeds=(0,) if quick else (0, 1, 2), find_s=find_s, shrink_s=shrink_s)
+    return rows, campaign.format_table(rows), find_s
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m simdist.benchmarks", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, skip the xdist comparison")
     ap.add_argument("--out", default="benchmarks/results.json")
     ap.add_argument("--hunt", action="store_true", help="also time the hunt end to end (minutes)")
+    ap.add_argument("--fuzz-only", nargs="?", const="all", default=None, metavar="NAMES",
+                    help="only the fuzz time-to-find section (all targets, or comma-separated fault switches / syncs)")
+    ap.add_argument("--no-fuzz", action="store_true", help="skip the fuzz time-to-find section (~15 min)")
     a = ap.parse_args(argv)
+    if a.fuzz_only:
+        return _fuzz_section(a, None if a.fuzz_only == "all" else a.fuzz_only.split(","))
     res = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "python": platform.python_version(),
            "machine": f"{platform.machine()} x{os.cpu_count()} cores"}
     rows = []
@@ -301,13 +321,53 @@ def main(argv=None):
         for n in (1, 2):
             res[f"xdist_{n}_s"] = xdist(n)
             rows.append((f"engine+distributed tests, pytest -n {n}", f"{res[f'xdist_{n}_s']:.1f} s", ""))
+    if not a.no_fuzz:
+        frows, table, find_s = fuzz_time_to_find(a.quick)
+        res["fuzz_time_to_find"] = _fuzz_json(frows)
+        found = sum(all(x["found"] for x in r["detect"]) for r in frows)
+        rows.append((f"fuzz: fault switches / syncs found from an empty database (<= {find_s:.0f} s each)",
+                     f"{found}/{len(frows)}", "all, within 2 min"))
     w = max(len(r[0]) for r in rows)
     print(f"simdist benchmarks {res['date']} torch {res['torch']} {res['machine']}")
     for name, val, goal in rows:
         print(f"  {name:<{w}}  {val:<28} {goal}")
+    if not a.no_fuzz:
+        print("\nfuzz: time to find, from an empty database (README, Benchmarks, Fuzzing)\n" + table)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
+    print(f"wrote {a.out}")
+
+
+def _fuzz_json(rows):
+    out = []
+    for r in rows:
+        row = {"kind": r["kind"], "name": r["name"], "seeds": r["seeds"]}
+        for what in ("detect", "damage"):
+            row[what] = []
+            for x in r[what]:
+                x = dict(x)
+                if "schedule" in x:
+                    x["nonzero_delays"] = x["schedule"].nonzero_delays
+                    x["schedule"] = str(x["schedule"])
+                row[what].append(x)
+        out.append(row)
+    return out
+
+
+def _fuzz_section(a, only):
+    """--fuzz-only: run the section alone and merge it into the results file."""
+    frows, table, _ = fuzz_time_to_find(a.quick, only)
+    print(table)
+    res = {}
+    if os.path.exists(a.out):
+        with open(a.out) as f:
+            res = json.load(f)
+    res["fuzz_time_to_find"] = _fuzz_json(frows)
+    res["fuzz_date"] = time.strftime("%Y-%m-%d")
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=str)
     print(f"wrote {a.out}")
 
 
