@@ -347,6 +347,9 @@ def _fuzz_json(rows):
             row[what] = []
             for x in r[what]:
                 x = dict(x)
+                if "case" in x:  # one line each: the configuration, and the case as compact JSON
+                    from simdist.properties.campaign import describe
+                    x["config"], x["case"] = describe(x["case"]), json.dumps(x["case"], separators=(",", ":"))
                 if "schedule" in x:
                     x["nonzero_delays"] = x["schedule"].nonzero_delays
                     x["schedule"] = str(x["schedule"])

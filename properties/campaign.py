@@ -139,6 +139,8 @@ def kernel_reference(case):
 # ================================================================================================ example log
 def describe(case) -> str:
     """A short configuration key (what `ci/fuzz` counts as a configuration)."""
+    if not ("sync" in case or "recipe" in case and "shape" in case):
+        return json.dumps(case, sort_keys=True, default=str)
     if "sync" in case:
         blk = "x".join(map(str, case["block"])) if case.get("block") else "tensor"
         return (f"kernel ws{case['world']} {case['sync']}{' dropped' if case.get('drop') else ''} {case['recipe']} "
@@ -209,16 +211,18 @@ def summarize(log_dir, profile=None, out=sys.stdout) -> int:
     by_test = {}
     for r in rows:
         by_test.setdefault(r["test"] or r["property"], []).append(r)
-    w(f"\n  examples per property (all workers) and each profile's budget per worker (ci is CI's):\n")
-    w(f"  {'property':<64} {'run':>7} {'ci':>5} {profile:>8} {'ratio':>6}\n")
+    w(f"\n  examples per property: run by this campaign (all workers, shrinking included), and each profile's budget "
+      f"per worker (ci: what CI runs)\n")
+    w(f"  {'property':<70} {'run':>6} {'ci':>5} {'dev':>5} {'nightly':>8} {'nightly/ci':>10}\n")
     for name in sorted(set(costs) | set(by_test)):
         n = len(by_test.get(name, []))
         cost = costs.get(name)
+        label = name if len(name) <= 70 else "..." + name[-67:]
         if cost is None:
-            w(f"  {name[-64:]:<64} {n:>7} {'?':>5} {'?':>8}\n")
+            w(f"  {label:<70} {n:>6} {'?':>5} {'?':>5} {'?':>8}\n")
             continue
-        ci, this = budget_for("ci", cost), budget_for(profile, cost)
-        w(f"  {name[-64:]:<64} {n:>7} {ci:>5} {this:>8} {this / ci:>5.0f}x\n")
+        b = {p: budget_for(p, cost) for p in ("ci", "dev", "nightly")}
+        w(f"  {label:<70} {n:>6} {b['ci']:>5} {b['dev']:>5} {b['nightly']:>8} {b['nightly'] / b['ci']:>9.0f}x\n")
     fails = [r for r in rows if not r["ok"]]
     failing = sorted({r["test"] or r["property"] for r in fails})
     w(f"\n  failures: {len(failing)} failing propert{'y' if len(failing) == 1 else 'ies'} ({len(fails)} failing "
