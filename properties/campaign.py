@@ -230,14 +230,21 @@ def summarize(log_dir, profile=None, out=sys.stdout) -> int:
     for t in failing:
         mine = [r for r in fails if (r["test"] or r["property"]) == t]
         finals = [r for r in mine if r.get("final")]
-        r = (finals or mine)[-1]
-        w(f"  - {t}\n      {'shrunk to' if finals else 'last failing example'}: {r['config']} | {r['schedule']}\n")
-        first = (r.get("failure") or "").splitlines()
-        if len(first) > 1:
-            w(f"      {first[1].strip()[:150]}\n")
-        w(f"      replay: {r.get('replay')}\n")
-        if r.get("trace"):
-            w(f"      trace:  {r['trace']}\n")
+        w(f"  - {t}\n")
+        shown = set()
+        for r in (finals or mine[-1:]):  # each worker's shrunk example (they may stop at different minima)
+            key = (r["config"], r["schedule"])
+            if key in shown:
+                continue
+            shown.add(key)
+            w(f"      {'shrunk to' if finals else 'last failing example'} (pid {r['pid']}): {r['config']} | "
+              f"{r['schedule']}\n")
+            lines = (r.get("failure") or "").splitlines()
+            if len(lines) > 1:
+                w(f"        {lines[-3].strip()[:150] if len(lines) > 3 else lines[1].strip()[:150]}\n")
+            w(f"        replay: {r.get('replay')}\n")
+            if r.get("trace"):
+                w(f"        trace:  {r['trace']}\n")
     for p in sorted(glob.glob(os.path.join(log_dir, "worker-*.out"))):
         with open(p, errors="replace") as f:
             for m in re.finditer(r"@reproduce_failure\([^)]*\)", f.read()):
