@@ -238,15 +238,15 @@ def xdist(workers):
 def fuzz_time_to_find(quick=False, only=None):
     """For each fault switch of the fakes (FAULTS, read now) and each sync of the incident kernel: examples and
     seconds until the fuzz properties first fail from an empty database (hazard report; damaged values), and the
-    example Hypothesis shrinks it to (simdist.properties.campaign.measure)."""
-    from simdist.properties import campaign
+    example Hypothesis shrinks it to (simdist.properties.timetofind.measure)."""
     from simdist.properties import strategies as S
+    from simdist.properties import timetofind
     targets = None
     if only:
         targets = [("sync" if n in S.SYNCS else "fault", n) for n in only]
     find_s, shrink_s = (30.0, 30.0) if quick else (120.0, 90.0)
-    rows = campaign.measure(targets, seeds=(0,) if quick else (0, 1, 2), find_s=find_s, shrink_s=shrink_s)
-    return rows, campaign.format_table(rows), find_s
+    rows = timetofind.measure(targets, seeds=(0,) if quick else (0, 1, 2), find_s=find_s, shrink_s=shrink_s)
+    return rows, timetofind.format_table(rows), find_s
 
 
 def main(argv=None):
