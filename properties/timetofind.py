@@ -109,7 +109,8 @@ def _attributable(check, unplant):
     return attributed
 
 
-def measure(targets=None, *, seeds=(0, 1, 2), find_s=120.0, shrink_s=90.0, progress=True):
+def measure(targets=None, *, seeds=(0, 1, 2), find_s=120.0, shrink_s=90.0, progress=True,
+            what=("detect", "damage")):
     """The time-to-find table: one row per fault switch of the fakes (read from FAULTS now) and per sync of the
     incident kernel. For each, searches from an empty database (one per Hypothesis seed) for the first hazard
     report (detection: `refit_equals_reference` / `kernel_matches_reference`) and for the first damaged values
@@ -132,17 +133,20 @@ def measure(targets=None, *, seeds=(0, 1, 2), find_s=120.0, shrink_s=90.0, progr
         detect = _attributable(functools.partial(prop, record_as=None), unplant)
         damage = _attributable(functools.partial(prop, hazards=False, record_as=None), unplant)
         row = {"kind": kind, "name": name, "seeds": list(seeds)}
-        for what, check in (("detect", detect), ("damage", damage)):
+        for kind_of_search, check in (("detect", detect), ("damage", damage)):
+            if kind_of_search not in what:
+                continue
             runs = []
             for seed in seeds:
                 t = time.perf_counter()
                 r = time_to_find(check, cases, S.run_schedules(), seed=seed, find_s=find_s, shrink_s=shrink_s,
-                                 delay_schedules=S.choice_schedules())
+                                 delay_schedules=S.choice_schedules() if shrink_s > 0 else None)
                 r.pop("error", None)
                 runs.append(r)
                 if progress:
-                    sys.stderr.write(f"  fuzz {kind} {name:<28} {what:<6} seed {seed}: " + _progress_line(r, t))
-            row[what] = runs
+                    sys.stderr.write(f"  fuzz {kind} {name:<28} {kind_of_search:<6} seed {seed}: "
+                                     + _progress_line(r, t))
+            row[kind_of_search] = runs
         rows.append(row)
     return rows
 
@@ -204,12 +208,26 @@ def _main(argv=None):
     ap.add_argument("--only", default=None, help="comma-separated fault switches / syncs")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated Hypothesis seeds (one search each)")
     ap.add_argument("--find-s", type=float, default=120.0)
-    ap.add_argument("--shrink-s", type=float, default=90.0)
+    ap.add_argument("--shrink-s", type=float, default=90.0, help="0: no shrinking (time to the first failure only)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--what", default="detect,damage", help="which searches: detect, damage or both")
+    ap.add_argument("--no-target", action="store_true", help="without hypothesis.target on hazard slack (ablation)")
     a = ap.parse_args(argv)
+    if a.no_target:
+        from . import checks
+        checks.TARGETING = False
     targets = [("sync" if n in S.SYNCS else "fault", n) for n in a.only.split(",")] if a.only else None
-    rows = measure(targets, seeds=[int(x) for x in a.seeds.split(",")], find_s=a.find_s, shrink_s=a.shrink_s)
-    print(format_table(rows))
+    rows = measure(targets, seeds=[int(x) for x in a.seeds.split(",")], find_s=a.find_s, shrink_s=a.shrink_s,
+                   what=a.what.split(","))
+    if set(a.what.split(",")) == {"detect", "damage"}:
+        print(format_table(rows))
+    else:
+        for r in rows:
+            for w in a.what.split(","):
+                found = [x for x in r[w] if x["found"]]
+                print(f"{r['kind']} {r['name']} {w}: found by {len(found)}/{len(r[w])} seeds; examples "
+                      f"{[x['examples'] if x['found'] else None for x in r[w]]}; seconds "
+                      f"{[round(x['seconds'], 1) for x in r[w]]}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)

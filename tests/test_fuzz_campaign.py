@@ -147,8 +147,8 @@ def test_summary_counts_configurations_schedules_budgets_and_failures(tmp_path):
     try:
         campaign.record("p", case, P.Schedule(), True)
         campaign.record("p", dict(case, world=3), P.Schedule("jitter", seed=3), True)
-        campaign.record("p", case, P.Schedule("pct", seed=1), False, failure="p fails\n  damaged", replay="simdist run x",
-                        final=True)
+        campaign.record("p", case, P.Schedule("pct", seed=1), False, failure="p fails\n  damaged",
+                        replay="simdist run x", final=True)
     finally:
         del os.environ[campaign.LOG_ENV]
     buf = io.StringIO()
