@@ -117,15 +117,78 @@ def schedules_per_sec(n=200):
     return n / dt
 
 
-def refit_throughput(n=5):
-    """Schedules per second for the fakes' TP=2 refit of a 2-layer model (blockwise FP8 params)."""
+REFIT_BENCH = dict(tp=2, pp=1, recipe="blockwise-fp32", fp8_param=True, steps=1, layers=2)
+HUNT_CELL = dict(tp=2, pp=2, recipe="blockwise-fp32", fp8_param=True, steps=2, layers=2)
+
+
+def refit_throughput(n=5, kw=None, world=2):
+    """Refit schedules per second per core: CPU seconds (this process, every rank thread) per simulated run of
+    the fakes' refit (default: TP=2, 2-layer blockwise-FP8 model, one GRPO step), after one warm-up run.
+    Returns (runs per CPU second, wall seconds per run, simulated ops per run)."""
     from simdist.properties import hunt
-    kw = dict(tp=2, pp=1, recipe="blockwise-fp32", fp8_param=True, steps=1)
-    simdist.run(hunt.refit_program, world_size=2, seed=0, kwargs=kw)
+    kw = dict(REFIT_BENCH if kw is None else kw)
+    res = simdist.run(hunt.refit_program, world_size=world, seed=0, kwargs=kw, nccl=hunt.NCCL)
+    ops = sum(1 for e in (res.trace["traceEvents"] if isinstance(res.trace, dict) else res.trace)
+              if e.get("ph") != "M")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        c, t = time.process_time(), time.perf_counter()
+        for seed in range(n):
+            simdist.run(hunt.refit_program, world_size=world, seed=seed, kwargs=kw, nccl=hunt.NCCL)
+        cpu, wall = (time.process_time() - c) / n, (time.perf_counter() - t) / n
+    finally:
+        torch.set_num_threads(threads)
+    return 1 / cpu, wall, ops
+
+
+def _eager_rank(rank, world, port, kw, n, q):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        from simdist.properties import hunt
+        hunt.refit_program(**kw)  # warm-up
+        c, t = time.process_time(), time.perf_counter()
+        for _ in range(n):
+            hunt.refit_program(**kw)
+        q.put((rank, (time.perf_counter() - t) / n, (time.process_time() - c) / n))
+    finally:
+        dist.destroy_process_group()
+
+
+def refit_eager(n=5, kw=None, world=2):
+    """The same refit run eagerly on the CPU without simulation: one process per rank over gloo (the fakes'
+    CPU path, fakes/cuda.py), one intra-op thread each. Returns (CPU seconds per run summed over the ranks,
+    wall seconds per run of the slowest rank)."""
+    import multiprocessing as mp
+    import socket
+    kw = dict(REFIT_BENCH if kw is None else kw)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_eager_rank, args=(r, world, port, kw, n, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(c for _, _, c in got), max(w for _, w, _ in got)
+
+
+def hunt_end_to_end():
+    """`python -m simdist.properties.hunt` (its defaults) in a fresh process: wall seconds and CPU seconds of
+    the process tree (the hunt's worker processes included)."""
     t = time.perf_counter()
-    for seed in range(n):
-        simdist.run(hunt.refit_program, world_size=2, seed=seed, kwargs=kw)
-    return n / (time.perf_counter() - t)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run([sys.executable, "-m", "simdist.properties.hunt", "--json"], capture_output=True,
+                         text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter() - t
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cells = len(json.loads(out.stdout)["cells"]) if out.returncode in (0, 1) and out.stdout else None
+    return wall, cpu, cells
 
 
 def refit_scaling(world):
@@ -171,11 +234,32 @@ def xdist(workers):
     return time.perf_counter() - t
 
 
+# --- fuzz: time to find (issue 16) -------------------------------------------------------------------------------
+def fuzz_time_to_find(quick=False, only=None):
+    """For each fault switch of the fakes (FAULTS, read now) and each sync of the incident kernel: examples and
+    seconds until the fuzz properties first fail from an empty database (hazard report; damaged values), and the
+    example Hypothesis shrinks it to (simdist.properties.timetofind.measure)."""
+    from simdist.properties import strategies as S
+    from simdist.properties import timetofind
+    targets = None
+    if only:
+        targets = [("sync" if n in S.SYNCS else "fault", n) for n in only]
+    find_s, shrink_s = (30.0, 30.0) if quick else (120.0, 90.0)
+    rows = timetofind.measure(targets, seeds=(0,) if quick else (0, 1, 2), find_s=find_s, shrink_s=shrink_s)
+    return rows, timetofind.format_table(rows), find_s
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m simdist.benchmarks", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, skip the xdist comparison")
     ap.add_argument("--out", default="benchmarks/results.json")
+    ap.add_argument("--hunt", action="store_true", help="also time the hunt end to end (minutes)")
+    ap.add_argument("--fuzz-only", nargs="?", const="all", default=None, metavar="NAMES",
+                    help="only the fuzz time-to-find section (all targets, or comma-separated fault switches / syncs)")
+    ap.add_argument("--no-fuzz", action="store_true", help="skip the fuzz time-to-find section (~15 min)")
     a = ap.parse_args(argv)
+    if a.fuzz_only:
+        return _fuzz_section(a, None if a.fuzz_only == "all" else a.fuzz_only.split(","))
     res = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "python": platform.python_version(),
            "machine": f"{platform.machine()} x{os.cpu_count()} cores"}
     rows = []
@@ -201,11 +285,28 @@ def main(argv=None):
         res[f"scaling_{w}_s"] = dt
         rows.append((f"refit-like all_gather+all_reduce, {w} ranks", f"{dt:.2f} s", "64 ranks < 10 s"))
     try:
-        rt = refit_throughput(3 if a.quick else 10)
-        res["refit_schedules_per_s"] = rt
-        rows.append(("schedules per second, fakes TP=2 refit, 2-layer FP8 model", f"{rt:.1f}/s", ">= 200/core"))
+        n = 3 if a.quick else 10
+        rt, wall, ops = refit_throughput(n)
+        eager_cpu, eager_wall = refit_eager(n)
+        res.update(refit_schedules_per_cpu_s=rt, refit_sim_wall_s=wall, refit_sim_ops=ops,
+                   refit_eager_cpu_s=eager_cpu, refit_eager_wall_s=eager_wall,
+                   refit_sim_over_eager_cpu=(1 / rt) / eager_cpu, refit_sim_over_eager_wall=wall / eager_wall)
+        rows.append(("refit schedules per second per core, fakes TP=2, 2-layer FP8, 1 step (CPU time)",
+                     f"{rt:.1f}/s ({ops} ops)", ">= 50/core"))
+        rows.append(("  same refit: simulated / eager CPU over gloo (CPU s; wall s)",
+                     f"{(1 / rt) / eager_cpu:.2f}x; {wall / eager_wall:.2f}x ({1 / rt * 1e3:.0f} vs "
+                     f"{eager_cpu * 1e3:.0f} ms CPU; {wall * 1e3:.0f} vs {eager_wall * 1e3:.0f} ms)", "<= 3x"))
+        ht, hwall, hops = refit_throughput(3 if a.quick else 5, HUNT_CELL, world=8)
+        res.update(hunt_cell_runs_per_cpu_s=ht, hunt_cell_wall_s=hwall, hunt_cell_ops=hops)
+        rows.append(("  the hunt's largest cell: TP2 PP2 DP2, 2 layers, 2 steps (CPU time)",
+                     f"{ht:.2f}/s ({hops} ops)", ""))
     except Exception as e:  # noqa: BLE001
-        rows.append(("schedules per second, fakes TP=2 refit", f"failed: {e}", ""))
+        rows.append(("refit schedules per second", f"failed: {type(e).__name__}: {e}", ""))
+    if a.hunt:
+        wall, cpu, cells = hunt_end_to_end()
+        res.update(hunt_wall_s=wall, hunt_cpu_s=cpu, hunt_cells=cells)
+        rows.append((f"`python -m simdist.properties.hunt` end to end ({cells} cells)",
+                     f"{wall:.1f} s wall, {cpu:.1f} s CPU", "<= 60 s"))
     for w in ((2, 8) if a.quick else (2, 4, 8, 16, 32, 64)):
         dt, rss = refit_scaling(w)
         if dt is None:
@@ -220,13 +321,56 @@ def main(argv=None):
         for n in (1, 2):
             res[f"xdist_{n}_s"] = xdist(n)
             rows.append((f"engine+distributed tests, pytest -n {n}", f"{res[f'xdist_{n}_s']:.1f} s", ""))
+    if not a.no_fuzz:
+        frows, table, find_s = fuzz_time_to_find(a.quick)
+        res["fuzz_time_to_find"] = _fuzz_json(frows)
+        found = sum(all(x["found"] for x in r["detect"]) for r in frows)
+        rows.append((f"fuzz: fault switches / syncs found from an empty database (<= {find_s:.0f} s each)",
+                     f"{found}/{len(frows)}", "all, within 2 min"))
     w = max(len(r[0]) for r in rows)
     print(f"simdist benchmarks {res['date']} torch {res['torch']} {res['machine']}")
     for name, val, goal in rows:
         print(f"  {name:<{w}}  {val:<28} {goal}")
+    if not a.no_fuzz:
+        print("\nfuzz: time to find, from an empty database (README, Benchmarks, Fuzzing)\n" + table)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
+    print(f"wrote {a.out}")
+
+
+def _fuzz_json(rows):
+    out = []
+    for r in rows:
+        row = {"kind": r["kind"], "name": r["name"], "seeds": r["seeds"]}
+        for what in ("detect", "damage"):
+            row[what] = []
+            for x in r[what]:
+                x = dict(x)
+                if "case" in x:  # one line each: the configuration, and the case as compact JSON
+                    from simdist.properties.campaign import describe
+                    x["config"], x["case"] = describe(x["case"]), json.dumps(x["case"], separators=(",", ":"))
+                if "schedule" in x:
+                    x["nonzero_delays"] = x["schedule"].nonzero_delays
+                    x["schedule"] = str(x["schedule"])
+                row[what].append(x)
+        out.append(row)
+    return out
+
+
+def _fuzz_section(a, only):
+    """--fuzz-only: run the section alone and merge it into the results file."""
+    frows, table, _ = fuzz_time_to_find(a.quick, only)
+    print(table)
+    res = {}
+    if os.path.exists(a.out):
+        with open(a.out) as f:
+            res = json.load(f)
+    res["fuzz_time_to_find"] = _fuzz_json(frows)
+    res["fuzz_date"] = time.strftime("%Y-%m-%d")
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1, default=str)
     print(f"wrote {a.out}")
 
 

@@ -47,6 +47,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
+from . import cuda
 from . import megatron_core as mc
 from . import transformer_engine as te
 
@@ -97,13 +98,13 @@ class RefitContext:
 
     def side_stream(self):
         if self._side is None:
-            self._side = torch.cuda.Stream()
+            self._side = cuda.Stream()
         return self._side
 
     def mark_params_ready(self):
         """Record where the params are final on the current stream (a side stream waits for this once)."""
         if {"dequant_side_stream", "no_record_stream"} & self.faults:
-            self.params_ready = torch.cuda.Event()
+            self.params_ready = cuda.Event()
             self.params_ready.record()
 
     def finish_pending(self):
@@ -242,7 +243,7 @@ class MegatronParamMapping:
     def maybe_dequantize(self, tensor: torch.Tensor) -> torch.Tensor:
         out = self._dequantize(tensor)
         if out is not tensor and "synchronize_after_dequantize" in self.ctx.fixes:
-            torch.cuda.synchronize()  # the incident reporter's workaround (NeMo-RL #1164)
+            cuda.synchronize()  # the incident reporter's workaround (NeMo-RL #1164)
         return out
 
     def _dequantize(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -254,18 +255,18 @@ class MegatronParamMapping:
             return tensor
         faults = self.ctx.faults
         if isinstance(tensor, te.Float8BlockwiseQTensor) and {"dequant_side_stream", "no_record_stream"} & faults:
-            cur = torch.cuda.current_stream()
+            cur = cuda.current_stream()
             side = self.ctx.side_stream()
             if self.ctx.params_ready is not None:
                 side.wait_event(self.ctx.params_ready)
             else:
                 side.wait_stream(cur)
-            with torch.cuda.stream(side):
+            with cuda.stream(side):
                 out = tensor.dequantize(dtype=tensor.dtype)
             if "dequant_side_stream" not in faults or "side_stream_wait" in self.ctx.fixes:
                 cur.wait_stream(side)
             if "side_stream_wait" in self.ctx.fixes:
-                out.record_stream(cur)  # the consumer's use defers the reuse of the output's block
+                cuda.record_stream(out, cur)  # the consumer's use defers the reuse of the output's block
             return out
         return tensor.dequantize(dtype=tensor.dtype)
 

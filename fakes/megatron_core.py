@@ -2,7 +2,7 @@
 weights and the distributed optimizer's param path, written as ordinary torch code.
 
 Everything here is plain ``torch.distributed`` + ``torch.cuda`` code on
-``torch.device("cuda", torch.cuda.current_device())``, so the same module runs on real GPUs with
+``fakes.cuda.device()`` (``cuda:<current>``; the CPU without CUDA), so the same module runs on real GPUs with
 NCCL (one process per rank, under torchrun) and inside simdist (one thread per rank).
 
 What is modelled (names follow megatron/core):
@@ -71,6 +71,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from . import cuda
 from . import transformer_engine as te
 
 __all__ = [
@@ -113,7 +114,7 @@ MX_BLOCK = 32
 
 
 def current_device() -> torch.device:
-    return torch.device("cuda", torch.cuda.current_device())
+    return cuda.device()
 
 
 def check_faults(faults) -> frozenset:

@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from . import cuda
 from . import megatron_bridge as mb
 from . import megatron_core as mc
 
@@ -176,7 +177,7 @@ class InferenceEngine:
     ITS OWN stream and copies them into its weights, as ``load_weights`` does."""
 
     def __init__(self, initial: Dict[str, torch.Tensor]):
-        self.stream = torch.cuda.Stream()
+        self.stream = cuda.Stream()
         self.params: Dict[str, torch.Tensor] = {}
         self._flat: Dict[torch.dtype, torch.Tensor] = {}
         dev = mc.current_device()
@@ -194,7 +195,7 @@ class InferenceEngine:
         ``load_weights`` copies them into the engine's parameters on the engine's stream. Releasing the rebuilt
         tensors runs torch's IPC deleter, which synchronizes the consumer's stream before the producer may
         reuse the memory."""
-        with torch.cuda.stream(self.stream):
+        with cuda.stream(self.stream):
             if event is not None:
                 self.stream.wait_event(event)
             for name, t in weights:
@@ -210,9 +211,9 @@ class InferenceEngine:
         """What generation reads: the engine's weights, copied to the host on `stream` (the stream its process
         loaded them on: the engine's own stream for IPC, the current stream for a collective refit)."""
         out = {}
-        with torch.cuda.stream(stream or self.stream):
+        with cuda.stream(stream or self.stream):
             for dtype, buf in self._flat.items():
-                host = buf.cpu()
+                host = buf.cpu() if cuda.available() else buf.clone()
                 for name, off, n, shape in self._layout[dtype]:
                     out[name] = host[off:off + n].view(shape)
         return out
@@ -288,12 +289,12 @@ class _IpcProducer:
             weights = gathered
             self.held = dict(gathered)
         if "ipc_synchronize" in self.fixes:  # NeMo-RL 3a69c2168 utils.py: "Synchronize before getting IPC handle"
-            torch.cuda.current_stream().synchronize()
+            cuda.current_stream().synchronize()
         event = None
         if "ipc_pack_no_sync" not in self.faults:
             # reduce_tensor -> storage._share_cuda_(): CudaIPCSentData records an event on the producer's
             # current stream (CudaIPCTypes.cpp), which the consumer waits for when it rebuilds the tensor
-            event = torch.cuda.Event()
+            event = cuda.Event()
             event.record()
         return weights, event
 
@@ -331,13 +332,13 @@ def refit_packed_broadcast(bridge, model, engine: InferenceEngine, faults=frozen
     (``for s in streams: s.synchronize()``) arrived with 705340674 (Jul 2026): fault
     ``packed_broadcast_unjoined`` removes it, fix ``join_side_streams`` restores it."""
     rank = dist.get_rank()
-    streams = [torch.cuda.Stream() for _ in range(num_buffers)]
+    streams = [cuda.Stream() for _ in range(num_buffers)]
     it = iter(bridge.export_hf_weights(model))
     idx, done = 0, False
     while not done:
         idx = (idx + 1) % num_buffers
         streams[idx].synchronize()
-        with torch.cuda.stream(streams[idx]):
+        with cuda.stream(streams[idx]):
             names, parts, size = [], [], 0
             while size <= target_bytes:
                 try:
@@ -407,7 +408,7 @@ def grpo_refit_loop(config, *, tp: int = 1, pp: int = 1, ep: int = 1, etp: Optio
     if refit not in ("colocated", "broadcast", "packed-broadcast"):
         raise ValueError(f"refit must be 'colocated', 'broadcast' or 'packed-broadcast', got {refit!r}")
     if "LOCAL_RANK" in os.environ:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if not dist.is_initialized():
         dist.init_process_group("nccl")
     with_step = overlap_param_gather_with_optimizer_step or "refit_during_param_gather" in faults
@@ -423,7 +424,7 @@ def grpo_refit_loop(config, *, tp: int = 1, pp: int = 1, ep: int = 1, etp: Optio
         if prepare_refit_info:  # grpo.py 388: policy.prepare_refit_info() exports once for the metadata
             for _name, _t in bridge.export_hf_weights(model):
                 pass
-        torch.cuda.synchronize()  # set-up (checkpoint load, Ray round-trips) ends with the GPU idle
+        cuda.synchronize()  # set-up (checkpoint load, Ray round-trips) ends with the GPU idle
         mp_group = mc.get_model_parallel_group()
         out = []
         for step in range(steps):
@@ -431,15 +432,15 @@ def grpo_refit_loop(config, *, tp: int = 1, pp: int = 1, ep: int = 1, etp: Optio
                 model.finish_param_sync()
             if refit == "colocated":
                 opt.offload_state()       # offload_before_refit: optimizer state to the CPU (blocking copy)
-                torch.cuda.empty_cache()
+                cuda.empty_cache()
                 refit_colocated(bridge, model, engine, faults, group_bytes, fixes, ipc_pack_threshold)
-                torch.cuda.empty_cache()  # offload_after_refit
+                cuda.empty_cache()  # offload_after_refit
             elif refit == "broadcast":
                 refit_broadcast(bridge, model, engine, faults)
             else:
                 refit_packed_broadcast(bridge, model, engine, faults, fixes)
             # generation reads the refitted weights (colocated: in the vLLM process, on its stream)
-            weights = engine.state_dict_cpu(None if refit == "colocated" else torch.cuda.current_stream())
+            weights = engine.state_dict_cpu(None if refit == "colocated" else cuda.current_stream())
             ref = mc.reference_hf_state_dict(base, seed, step, lr)
             mismatched = compare_state_dicts(weights, ref)
             rec = {"step": step, "mismatched": mismatched,

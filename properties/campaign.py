@@ -7,9 +7,9 @@
   answer computed on the CPU;
 - `record(...)`: with SIMDIST_FUZZ_LOG set, every example a property runs is appended to that JSON-lines file
   (what `ci/fuzz` summarizes: configurations and schedules explored, failures and their replay commands);
-- `python -m simdist.properties.campaign summary DIR`: the summary of a campaign's logs;
-- `time_to_find(...)` / `measure(...)`: for each fault switch of the fakes and each sync of the incident kernel,
-  examples and seconds to the first failure from an empty database, and the shrunk example.
+- `python -m simdist.properties.campaign summary DIR`: the summary of a campaign's logs.
+
+The measure of the fuzzer (time to find each fault switch and sync) is `simdist.properties.timetofind`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List
 
 LOG_ENV = "SIMDIST_FUZZ_LOG"
 TRACE_ENV = "SIMDIST_TRACE_DIR"
@@ -139,6 +139,8 @@ def kernel_reference(case):
 # ================================================================================================ example log
 def describe(case) -> str:
     """A short configuration key (what `ci/fuzz` counts as a configuration)."""
+    if not ("sync" in case or "recipe" in case and "shape" in case):
+        return json.dumps(case, sort_keys=True, default=str)
     if "sync" in case:
         blk = "x".join(map(str, case["block"])) if case.get("block") else "tensor"
         return (f"kernel ws{case['world']} {case['sync']}{' dropped' if case.get('drop') else ''} {case['recipe']} "
@@ -209,16 +211,18 @@ def summarize(log_dir, profile=None, out=sys.stdout) -> int:
     by_test = {}
     for r in rows:
         by_test.setdefault(r["test"] or r["property"], []).append(r)
-    w(f"\n  examples per property (all workers) and each profile's budget per worker (ci is CI's):\n")
-    w(f"  {'property':<64} {'run':>7} {'ci':>5} {profile:>8} {'ratio':>6}\n")
+    w(f"\n  examples per property: run by this campaign (all workers, shrinking included), and each profile's budget "
+      f"per worker (ci: what CI runs)\n")
+    w(f"  {'property':<70} {'run':>6} {'ci':>5} {'dev':>5} {'nightly':>8} {'nightly/ci':>10}\n")
     for name in sorted(set(costs) | set(by_test)):
         n = len(by_test.get(name, []))
         cost = costs.get(name)
+        label = name if len(name) <= 70 else "..." + name[-67:]
         if cost is None:
-            w(f"  {name[-64:]:<64} {n:>7} {'?':>5} {'?':>8}\n")
+            w(f"  {label:<70} {n:>6} {'?':>5} {'?':>5} {'?':>8}\n")
             continue
-        ci, this = budget_for("ci", cost), budget_for(profile, cost)
-        w(f"  {name[-64:]:<64} {n:>7} {ci:>5} {this:>8} {this / ci:>5.0f}x\n")
+        b = {p: budget_for(p, cost) for p in ("ci", "dev", "nightly")}
+        w(f"  {label:<70} {n:>6} {b['ci']:>5} {b['dev']:>5} {b['nightly']:>8} {b['nightly'] / b['ci']:>9.0f}x\n")
     fails = [r for r in rows if not r["ok"]]
     failing = sorted({r["test"] or r["property"] for r in fails})
     w(f"\n  failures: {len(failing)} failing propert{'y' if len(failing) == 1 else 'ies'} ({len(fails)} failing "
@@ -226,183 +230,26 @@ def summarize(log_dir, profile=None, out=sys.stdout) -> int:
     for t in failing:
         mine = [r for r in fails if (r["test"] or r["property"]) == t]
         finals = [r for r in mine if r.get("final")]
-        r = (finals or mine)[-1]
-        w(f"  - {t}\n      {'shrunk to' if finals else 'last failing example'}: {r['config']} | {r['schedule']}\n")
-        first = (r.get("failure") or "").splitlines()
-        if len(first) > 1:
-            w(f"      {first[1].strip()[:150]}\n")
-        w(f"      replay: {r.get('replay')}\n")
-        if r.get("trace"):
-            w(f"      trace:  {r['trace']}\n")
+        w(f"  - {t}\n")
+        shown = set()
+        for r in (finals or mine[-1:]):  # each worker's shrunk example (they may stop at different minima)
+            key = (r["config"], r["schedule"])
+            if key in shown:
+                continue
+            shown.add(key)
+            w(f"      {'shrunk to' if finals else 'last failing example'} (pid {r['pid']}): {r['config']} | "
+              f"{r['schedule']}\n")
+            lines = (r.get("failure") or "").splitlines()
+            if len(lines) > 1:
+                w(f"        {lines[-3].strip()[:150] if len(lines) > 3 else lines[1].strip()[:150]}\n")
+            w(f"        replay: {r.get('replay')}\n")
+            if r.get("trace"):
+                w(f"        trace:  {r['trace']}\n")
     for p in sorted(glob.glob(os.path.join(log_dir, "worker-*.out"))):
         with open(p, errors="replace") as f:
             for m in re.finditer(r"@reproduce_failure\([^)]*\)", f.read()):
                 w(f"  hypothesis reproduce blob ({os.path.basename(p)}): {m.group(0)}\n")
     return len(failing)
-
-
-# ================================================================================================ time to find
-class _Stop(BaseException):
-    """Ends a measured Hypothesis run past its time budget (a BaseException: not a failure to shrink)."""
-
-
-def time_to_find(check, cases, schedules, *, seed=0, find_s=120.0, shrink_s=90.0, max_examples=100_000,
-                 delay_schedules=None):
-    """Run `check(case, schedule)` under Hypothesis from an empty database until the first failure (at most
-    `find_s` seconds), then let Hypothesis shrink it (at most `shrink_s` seconds).
-
-    Returns dict(found, examples, seconds: to the first failure; shrunk case and schedule, shrink_seconds, calls:
-    test-function calls in all, shrink_complete: False when the shrink budget cut shrinking short, in which case
-    the smallest failing example seen is reported). With `delay_schedules` (a strategy of choice schedules), a
-    failure shrunk to a PCT or jitter schedule is searched again on its configuration with explicit delays only.
-    """
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hseed
-    from hypothesis.database import InMemoryExampleDatabase
-
-    state = {"calls": 0, "first": None, "first_calls": None, "fails": {}, "last_fail": None, "final": None}
-    t0 = time.perf_counter()
-
-    @settings(database=InMemoryExampleDatabase(), max_examples=max_examples, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False, print_blob=False,
-              phases=(Phase.generate, Phase.target, Phase.shrink))
-    @hseed(seed)
-    @given(cases, schedules)
-    def test(case, schedule):
-        from hypothesis.control import current_build_context
-        key = json.dumps([case, schedule.to_json()], sort_keys=True, default=str)
-        final = current_build_context().is_final
-        if key in state["fails"]:
-            if final:
-                state["final"] = (case, schedule)
-            raise state["fails"][key]
-        now = time.perf_counter()
-        if state["first"] is None and now - t0 > find_s:
-            raise _Stop()
-        if state["first"] is not None and now - state["first"] > shrink_s:
-            raise _Stop()
-        state["calls"] += 1
-        try:
-            check(case, schedule)
-        except Exception as e:  # noqa: BLE001 - every failure of the property counts
-            if state["first"] is None:
-                state["first"], state["first_calls"] = time.perf_counter(), state["calls"]
-            state["fails"][key] = e
-            state["last_fail"] = (case, schedule, e)
-            if final:
-                state["final"] = (case, schedule)
-            raise
-
-    complete = True
-    try:
-        test()
-    except _Stop:
-        complete = False
-    except Exception:  # noqa: BLE001 - the expected end: Hypothesis re-raises the shrunk failure
-        pass
-    end = time.perf_counter()
-    if state["first"] is None:
-        return {"found": False, "examples": state["calls"], "seconds": end - t0, "calls": state["calls"]}
-    case, schedule = state["final"] or state["last_fail"][:2]
-    err = state["fails"][json.dumps([case, schedule.to_json()], sort_keys=True, default=str)]
-    out = {"found": True, "examples": state["first_calls"], "seconds": state["first"] - t0, "case": case,
-           "schedule": schedule, "failure": str(err).splitlines()[0][:200] if str(err) else type(err).__name__,
-           "shrink_seconds": end - state["first"], "calls": state["calls"], "shrink_complete": complete,
-           "error": err}
-    if delay_schedules is not None and getattr(schedule, "kind", "choice") != "choice":
-        # PCT or jitter perturbs every op and does not shrink to a choice schedule; on the shrunk configuration,
-        # a second search over choice schedules alone finds the fewest explicit delays that still fail
-        from hypothesis import strategies as st
-        d = time_to_find(check, st.just(case), delay_schedules, seed=seed, find_s=find_s, shrink_s=shrink_s,
-                         max_examples=max_examples)
-        out["delay_search"] = {k: d[k] for k in ("found", "examples", "seconds") if k in d}
-        if d["found"]:
-            out.update(schedule=d["schedule"], shrink_complete=complete and d["shrink_complete"],
-                       pct_or_jitter=str(schedule))
-    return out
-
-
-def _attributable(check, unplant):
-    """A failure counts only if the same case and schedule pass without the planted fault (or with the sync
-    back): the time to find measures that fault, not another failure the search may meet on its way."""
-    def attributed(case, schedule):
-        try:
-            check(case, schedule)
-        except Exception:
-            try:
-                check(unplant(case), schedule)
-            except Exception:  # noqa: BLE001 - fails without the plant too: not this fault's failure
-                return
-            raise
-    return attributed
-
-
-def measure(targets=None, *, seed=0, find_s=120.0, shrink_s=90.0, progress=True):
-    """The time-to-find table: one row per fault switch of the fakes (read from FAULTS now) and per sync of the
-    incident kernel. For each, two searches from an empty database: the first hazard report (detection, the
-    `refit_equals_reference` / `kernel_matches_reference` property) and the first damaged values (the same
-    property without its hazard check: what a fuzzer without simdist's detector, e.g. on GPUs, would need)."""
-    from simdist.fakes.megatron_core import FAULTS
-
-    from . import checks
-    from . import strategies as S
-    rows = []
-    if targets is None:
-        targets = [("fault", f) for f in sorted(FAULTS)] + [("sync", s) for s in S.SYNCS]
-    for kind, name in targets:
-        if kind == "fault":
-            cases = S.refit_cases(faults=frozenset([name]))
-            prop, unplant = checks.refit_equals_reference, (lambda c: dict(c, faults=[]))
-        else:
-            cases = S.kernel_cases(drop=name, syncs=(name,))
-            prop, unplant = checks.kernel_matches_reference, (lambda c: dict(c, drop=False))
-        detect = _attributable(functools.partial(prop, record_as=None), unplant)
-        damage = _attributable(functools.partial(prop, hazards=False, record_as=None), unplant)
-        row = {"kind": kind, "name": name}
-        for what, check in (("detect", detect), ("damage", damage)):
-            t = time.perf_counter()
-            r = time_to_find(check, cases, S.run_schedules(), seed=seed, find_s=find_s, shrink_s=shrink_s,
-                             delay_schedules=S.choice_schedules())
-            r.pop("error", None)
-            row[what] = r
-            if progress:
-                extra = ""
-                if r.get("delay_search"):
-                    ds = r["delay_search"]
-                    extra = (f" [shrunk to {r.get('pct_or_jitter') or 'PCT/jitter'} first; explicit delays "
-                             + (f"found after {ds['examples']} examples]" if ds["found"] else "not found]"))
-                sys.stderr.write(f"  fuzz {kind} {name:<32} {what:<6} "
-                                 + (f"found after {r['examples']} examples, {r['seconds']:.1f} s; shrunk to "
-                                    f"{describe(r['case'])} | {r['schedule']}{extra} "
-                                    f"({time.perf_counter() - t:.0f} s)\n"
-                                    if r["found"] else f"NOT found in {r['examples']} examples, "
-                                                       f"{r['seconds']:.0f} s\n"))
-        rows.append(row)
-    return rows
-
-
-def format_table(rows) -> str:
-    """The README's markdown table of `measure` rows."""
-    out = ["| target | first hazard report: examples, s | first damaged values: examples, s | shrunk damaging "
-           "example: configuration | schedule (non-zero delays) | world |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        d, g = r["detect"], r["damage"]
-
-        def cell(x):
-            return f"{x['examples']}, {x['seconds']:.1f} s" if x["found"] else \
-                f"not found ({x['examples']} examples, {x['seconds']:.0f} s)"
-        shrunk = g if g["found"] else d
-        if shrunk["found"]:
-            sch = shrunk["schedule"]
-            nz = sch.nonzero_delays
-            cfg = describe(shrunk["case"]) + ("" if shrunk["shrink_complete"] else " (shrink budget hit)")
-            sched = f"{sch} ({nz if nz is not None else 'every op perturbed: no explicit-delay schedule found'})"
-            world = world_of(shrunk["case"])
-        else:
-            cfg, sched, world = "-", "-", "-"
-        label = f"fault `{r['name']}`" if r["kind"] == "fault" else f"kernel without `{r['name']}`"
-        out.append(f"| {label} | {cell(d)} | {cell(g)} | {cfg} | {sched} | {world} |")
-    return "\n".join(out)
 
 
 def _main(argv=None):
@@ -412,26 +259,8 @@ def _main(argv=None):
     s = sub.add_parser("summary", help="summarize a campaign's worker logs")
     s.add_argument("log_dir")
     s.add_argument("--profile", default=None)
-    m = sub.add_parser("measure", help="the time-to-find table")
-    m.add_argument("--only", default=None, help="comma-separated fault switches / syncs")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--find-s", type=float, default=120.0)
-    m.add_argument("--shrink-s", type=float, default=90.0)
-    m.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    if a.cmd == "summary":
-        return 1 if summarize(a.log_dir, a.profile) else 0
-    from . import strategies as S
-    targets = None
-    if a.only:
-        names = a.only.split(",")
-        targets = [("sync" if n in S.SYNCS else "fault", n) for n in names]
-    rows = measure(targets, seed=a.seed, find_s=a.find_s, shrink_s=a.shrink_s)
-    print(format_table(rows))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
-    return 0
+    return 1 if summarize(a.log_dir, a.profile) else 0
 
 
 if __name__ == "__main__":

@@ -56,8 +56,14 @@ def _where(res, name):
     return lines, trace
 
 
+#: False turns the slack targeting off (`python -m simdist.properties.timetofind --no-target`: its ablation)
+TARGETING = True
+
+
 def _target(res):
     """Guide Hypothesis toward schedules where a racing consumer runs before its producer finished."""
+    if not TARGETING:
+        return
     try:
         from hypothesis import target
         from hypothesis.control import currently_in_test_context
@@ -78,9 +84,18 @@ def _annotate(err, res, name):
 
 
 # ------------------------------------------------------------------------------------------------ any program
+def _log_run(prop, fn, res, ok, failure=None):
+    """Campaign log entry for a property over any program (configuration: the program and its world size)."""
+    if os.environ.get(campaign.LOG_ENV):
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+        campaign.record(prop, {"program": name, "world_size": res.world_size, "nccl": res.nccl}, res.policy, ok,
+                        failure=failure, replay=res.replay, final=_final(), world=res.world_size)
+
+
 def no_hazards(fn, *, world_size=1, policy=None, seed=0, **kw):
     """No pair of unordered conflicting accesses, in any schedule (detection is schedule-independent)."""
     res = simdist.run(fn, world_size=world_size, policy=policy, seed=seed, **kw)
+    _log_run("no_hazards", fn, res, not res.hazards, failure=f"{len(res.hazards)} hazard(s)")
     if res.hazards:
         _target(res)
         raise _annotate(HazardError(res.hazards), res, "no_hazards")
@@ -92,6 +107,7 @@ def values_unaffected(fn, *, world_size=1, policy=None, seed=0, **kw):
     res = simdist.run(fn, world_size=world_size, policy=policy, seed=seed, **kw)
     _target(res)
     bad = [h for h in res.hazards if h.observed]
+    _log_run("values_unaffected", fn, res, not bad, failure=f"{len(bad)} observed hazard(s)")
     if bad:
         raise _annotate(HazardError(bad), res, "values_unaffected")
     return res
@@ -101,6 +117,7 @@ def deterministic(fn, *, world_size=1, policy=None, seed=0, **kw):
     """Two runs of the same (program, seed, policy) give the same digest."""
     a = simdist.run(fn, world_size=world_size, policy=policy, seed=seed, **kw)
     b = simdist.run(fn, world_size=world_size, policy=_fresh(policy), seed=seed, **kw)
+    _log_run("deterministic", fn, a, a.digest == b.digest, failure="digests differ")
     if a.digest != b.digest:
         raise _annotate(DeterminismError(f"digests differ: {a.digest} != {b.digest}"), a, "deterministic")
     return a

@@ -736,7 +736,7 @@ def _fix_one(job):
            simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if kind == 1 else
            simdist.Choice([rng.choice([0, 0, 0, 1, 4, 8]) for _ in range(64)]))
     kw = cell_kwargs(candidate, config, depth, steps)
-    kw["fixes"] = tuple(sorted(set(kw["fixes"]) | {CANDIDATES[candidate].fix}))
+    kw["fixes"] = tuple(sorted(set(kw["fixes"]) | set(fixes_for(candidate))))
     world = config["tp"] * config["pp"] * config["dp"]
     try:
         res = simdist.run(refit_program, world_size=world, policy=pol, kwargs=kw, nccl=NCCL, poison=poison)
@@ -747,6 +747,12 @@ def _fix_one(job):
         return (f"{_cfg_text(config).strip()} depth {depth} schedule {k}: {''.join(sym)}"
                 f"{' ' + res.hazards[0].kind if res.hazards else ''}")
     return None
+
+
+def fixes_for(candidate: str) -> Tuple[str, ...]:
+    """The candidate's fix, plus the faithful stack's own (a candidate is the real code with one more edge
+    dropped, so a clean refit needs both)."""
+    return tuple(dict.fromkeys((CANDIDATES[candidate].fix, CANDIDATES["faithful"].fix)))
 
 
 def check_fix(candidate, configs, depths, steps, schedules, poison, progress=True, processes=None):
@@ -926,14 +932,15 @@ def main(a=None) -> int:
         runs, failures = check_fix(best, configs, depths, steps, a.fix_schedules, a.fresh_memory, progress,
                                    a.processes)
         verdict = "clean in all" if not failures else f"{len(failures)} FAILED (first: {failures[0]})"
-        say(f"fix for {best}: {cand.fix}, in the full refit program, {runs} schedules (jitter, PCT, choice) over "
-            f"{len(configs)} configurations x {len(depths)} depths: {verdict}")
+        say(f"fix for {best}: {' + '.join(fixes_for(best))}, in the full refit program, {runs} schedules (jitter, "
+            f"PCT, choice) over {len(configs)} configurations x {len(depths)} depths: {verdict}")
         cost, report = fix_cost(cand.fix)
         if cost:
             say(f"  its cost on GPUs: {cost}")
         else:
             say(f"  its cost on GPUs: no measurement of this fix in {report or 'any docs/gpu-fixcost-*.json'}")
-        out["fix"] = {"candidate": best, "fix": cand.fix, "schedules": runs, "failures": failures, "cost": cost}
+        out["fix"] = {"candidate": best, "fixes": list(fixes_for(best)), "schedules": runs, "failures": failures,
+                      "cost": cost}
         ok = not failures
         w = find_witness(best, cells, evidence, steps, a.fresh_memory)
         if w is not None:

@@ -46,7 +46,11 @@ def database_from_url(url=None):
     if url.lower() in ("none", "off"):
         return None
     if url.startswith(("redis://", "rediss://", "unix://")):
-        import redis
+        try:
+            import redis
+        except ImportError as e:  # not an ImportError: the pytest plugin must not take it for a missing simdist
+            raise RuntimeError(f"{DB_ENV}={url} needs the `redis` package (pip install redis; in the test "
+                               "extra)") from e
         from hypothesis.extra.redis import RedisExampleDatabase
         return RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=REDIS_PREFIX)
     path = url[len("dir:"):] if url.startswith("dir:") else (url or DEFAULT_DB)

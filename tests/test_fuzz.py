@@ -51,8 +51,21 @@ _SMALLEST = {"tp": 1, "pp": 1, "dp": 2, "ep": 1, "recipe": "bf16", "fp8_param": 
 #:   export's `cat` reads parameters the DP all-gather (NCCL stream) may still be writing, even after
 #:   finish_param_sync() (which orders only the current stream): read-after-write, stale weights at step 2,
 #:   token_mult_prob_error 1.072. No fix switch of the fakes covers it.
+#: - packed broadcast of FP8 params (found by a 2-worker `dev` campaign; shrunk to TP=1, one rank, 2 layers of
+#:   blockwise-pow2 params, step 1, no delay): one conversion task yields several HF tensors made from one
+#:   dequantized weight (fc1 -> gate/up, qkv -> q/k/v), and the packed broadcast's buffer rounds (each on its own
+#:   side stream) can fall between them: a tensor dequantized (`_to_copy`) on one side stream is packed (`cat`) on
+#:   the other, which never waited for it: read-after-write. Every FP8 recipe; with bf16 params the pieces are
+#:   views of parameters written before the refit. Where the rounds fall depends on the sizes, so the region is
+#:   all of packed broadcast with FP8 params.
 KNOWN_FINDINGS = {"packed_broadcast_after_overlapped_param_gather":
-                  (_packed_broadcast_after_overlapped_param_gather, _SMALLEST)}
+                  (_packed_broadcast_after_overlapped_param_gather, _SMALLEST),
+                  "packed_broadcast_of_fp8_params":
+                  (lambda case: case["refit"] == "packed-broadcast" and case["fp8_param"],
+                   dict(_SMALLEST, dp=1, recipe="blockwise-pow2", fp8_param=True, steps=1,
+                        shape={"hidden_size": 256, "num_attention_heads": 1, "num_query_groups": 1,
+                               "kv_channels": 128, "ffn_hidden_size": 128, "num_layers": 2, "vocab_size": 16,
+                               "num_moe_experts": None}))}
 
 
 def _not_known(case):

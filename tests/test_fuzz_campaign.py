@@ -9,13 +9,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
 import simdist.properties as P
-from simdist.properties import campaign, settings as S
+from simdist.properties import campaign, settings as S, timetofind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,7 +125,7 @@ def test_a_failing_property_prints_its_replay_command_blob_and_trace(tmp_path):
 def test_time_to_find_finds_and_shrinks_a_dropped_sync():
     cases = P.kernel_cases(max_world=4, drop="wait_stream", syncs=("wait_stream",))
     check = lambda c, s: P.kernel_matches_reference(c, s, hazards=False, record_as=None)  # noqa: E731
-    r = campaign.time_to_find(check, cases, P.run_schedules(), seed=0, find_s=60, shrink_s=30,
+    r = timetofind.time_to_find(check, cases, P.run_schedules(), seed=0, find_s=60, shrink_s=30,
                               delay_schedules=P.choice_schedules())
     assert r["found"] and r["examples"] >= 1 and r["seconds"] < 60
     assert campaign.world_of(r["case"]) <= 2 and r["case"]["drop"] and r["case"]["sync"] == "wait_stream"
@@ -134,7 +133,7 @@ def test_time_to_find_finds_and_shrinks_a_dropped_sync():
     with pytest.raises(Exception):  # the shrunk example still fails
         check(r["case"], r["schedule"])
     # the faithful kernel: nothing to find; the harness stops at its time budget
-    clean = campaign.time_to_find(check, P.kernel_cases(max_world=2), P.run_schedules(), seed=0, find_s=1.5)
+    clean = timetofind.time_to_find(check, P.kernel_cases(max_world=2), P.run_schedules(), seed=0, find_s=1.5)
     assert not clean["found"] and clean["examples"] >= 1
 
 
@@ -148,8 +147,8 @@ def test_summary_counts_configurations_schedules_budgets_and_failures(tmp_path):
     try:
         campaign.record("p", case, P.Schedule(), True)
         campaign.record("p", dict(case, world=3), P.Schedule("jitter", seed=3), True)
-        campaign.record("p", case, P.Schedule("pct", seed=1), False, failure="p fails\n  damaged", replay="simdist run x",
-                        final=True)
+        campaign.record("p", case, P.Schedule("pct", seed=1), False, failure="p fails\n  damaged",
+                        replay="simdist run x", final=True)
     finally:
         del os.environ[campaign.LOG_ENV]
     buf = io.StringIO()

@@ -243,3 +243,26 @@ def test_faithful_stack_at_dp1_is_clean():
         cell = hunt.run_cell(("faithful", dict(tp=tp, pp=2, dp=1, recipe="blockwise-fp32", fp8_param=True,
                                                refit="colocated"), 2, 1, 2, "nan"))
         assert cell.text() == "..", cell
+
+
+def test_the_fix_of_a_candidate_includes_the_real_codes_own():
+    assert hunt.fixes_for("faithful") == ("param_sync_before_refit",)
+    assert hunt.fixes_for("dequant_side_stream") == ("side_stream_wait", "param_sync_before_refit")
+    cfg = dict(tp=2, pp=2, dp=2, recipe="blockwise-fp32", fp8_param=True, refit="colocated")
+    assert hunt._fix_one(("dequant_side_stream", cfg, 2, 2, 0, "nan")) is None
+    broken = hunt.run_cell(("dequant_side_stream", cfg, 2, 1, 2, "nan"))
+    assert broken.replicates[0].hazards  # the same cell without the fix has the candidate's hazard
+
+
+@pytest.mark.slow
+def test_fix_large_schedule_sample(request):
+    """Item 6: the best candidate's fix (and the reporter's hypothesis's) in the full refit program under every
+    configuration of the sweep and both depths: 420 + 210 schedules (-m slow; ~5 min on 2 cores)."""
+    expr = request.config.getoption("-m") or ""
+    if "slow" not in expr or "not slow" in expr:
+        pytest.skip("large schedule sample: run with -m slow")
+    ev = hunt.Evidence.load(hunt.DEFAULT_EVIDENCE)
+    configs = hunt.sweep_configs(ev) + [dict(ev.run, fix=f) for f in ev.fixes_observed()]
+    for cand, n in (("faithful", 420), ("dequant_side_stream", 210)):
+        runs, failures = hunt.check_fix(cand, configs, hunt.DEPTHS, 2, n, "nan", progress=False)
+        assert runs == n and not failures, (cand, failures[:3])

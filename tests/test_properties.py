@@ -68,6 +68,8 @@ def test_deterministic_property():
 @P.fuzz(cost=1)
 @given(deg=P.parallel_degrees(max_world=8), recipe=P.recipes(), block=P.block_shapes(), prof=P.nccl_profiles())
 def test_strategies_draw_valid_configs(deg, recipe, block, prof):
+    from simdist.properties import campaign
+    campaign.record("strategies_draw_valid_configs", dict(deg, recipe=recipe, block=block, nccl=prof), None, True)
     assert deg["tp"] * deg["pp"] * deg["dp"] <= 8 and deg["dp"] % deg["ep"] == 0
     assert recipe in P.strategies.RECIPES and block in P.strategies.BLOCK_SHAPES and prof in ("2.7", "2.8")
 

@@ -32,8 +32,10 @@ WHAT SIMDIST SAYS: clean. The flattened tensors are freed in `_sync_reduction_wo
 waited on every reduction (through syncReduction's event), and the next allocation on a worker stream is made after
 that worker stream blocks on an event recorded on the backward stream (queueReduction), so it is ordered after the
 all-reduce. "Freed before ncclAllReduce finishes" is true in host time but harmless in stream order. The PR's
-record_stream protects callers that can allocate on the worker stream without that ordering (the fix twin shows it
-does not change DDP's verdict); its GPU failure came from a path the PR does not name.
+record_stream protects callers that can allocate on the worker stream without that ordering: tests/test_incidents.py
+removes queueReduction's wait on the backward stream from both twins and gets a reuse-after-free of the all-reduce's
+block in this one, none in the fixed one. The PR names no failing run; if there was one, it came through a path
+other than DDP's queue/sync flow.
 """
 import os
 

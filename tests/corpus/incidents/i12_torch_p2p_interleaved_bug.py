@@ -10,17 +10,20 @@ sends and backward receives (`fwd_handles`, `bwd_handles`). The issue has no fix
 exchange (`dist.batch_isend_irecv`, one ncclGroupStart/End) or to issue the operations in the same order on both
 ranks (sjeaugey, https://github.com/NVIDIA/nccl/issues/783: "You need to send when you also receive ... merge the two
 together to make sure they won't deadlock each other"); twin: i12_torch_p2p_interleaved_fix.py. The cause given
-here is a reading of the report (../shared/INCIDENTS.md marks it [?]).
+here is a reading of the report (../shared/INCIDENTS.md marks it [?]): the report also says rank 0's async send
+"[completed]", which strict per-stream order would not allow (small messages may be buffered by NCCL's protocols);
+simdist models no such buffering, so it reports the cycle the documented semantics allow.
 MODELLED ON: the issue's minimal example (`dist.isend(...).wait()` / `dist.irecv(...).wait()`, then
 `fwd_handles.append(dist.isend(...))`, `bwd_handles.append(dist.irecv(...))` on rank 0 and
 `fwd_handles.append(dist.irecv(...))`, `bwd_handles.append(dist.isend(...))` on rank 1, then every handle waited).
 SIMPLIFIED: one-element tensors filled with known values instead of randn; the pipeline's compute is omitted.
 RULE: ProcessGroupNCCL runs all P2P operations between a pair of ranks on one communicator and one NCCL stream, in
-issue order; an NCCL send or recv kernel does not finish before its peer's matching kernel runs (NCCL docs,
-"Point-to-point communication": "blocking ... the operation will not complete until the matching operation is
-posted"; ProcessGroupNCCL `pointToPoint`). Rank 0's stream holds recv(a), send(b), recv(c); rank 1's holds recv(b),
-send(a), send(c): recv(a) waits for send(a), which is queued behind recv(b), which waits for send(b), which is
-queued behind recv(a).
+issue order (ProcessGroupNCCL `pointToPoint`: the communicator and stream are keyed by the pair); ncclSend /
+ncclRecv: "This operation is blocking for the GPU. If multiple ncclSend() and ncclRecv() operations need to
+progress concurrently to complete, they must be fused within a ncclGroupStart()/ncclGroupEnd() section" (NCCL API
+docs, "Point To Point Communication Functions"). Rank 0's stream holds recv(a), send(b), recv(c); rank 1's holds
+recv(b), send(a), send(c): recv(a) waits for send(a), which is queued behind recv(b), which waits for send(b), which
+is queued behind recv(a).
 WHAT SIMDIST SAYS: Deadlock, naming each rank's blocked operation and call site.
 """
 import os

@@ -8,9 +8,11 @@ torch.distributed.pipelining's schedules do with `batch_isend_irecv`); twin of i
 MODELLED ON: the issue's minimal example, with the three asynchronous operations after the first exchange put into
 one `dist.batch_isend_irecv([P2POp(...), ...])` per rank.
 SIMPLIFIED: as in the buggy twin.
-RULE: `batch_isend_irecv` issues its operations between ncclGroupStart/ncclGroupEnd, and NCCL progresses all
-operations of a group together (torch.distributed.batch_isend_irecv docs; NCCL docs, "Group Calls"), so the sends
-and receives of one rank cannot block each other; each direction's sends and receives still pair in issue order.
+RULE: `batch_isend_irecv` issues its operations between ncclGroupStart/ncclGroupEnd (torch.distributed.
+batch_isend_irecv docs), and "calls within a group can be seen as progressing independently, hence should never
+block each other ... The only exception is point-to-point calls within a group targeting the same peer, which are
+executed in order" (NCCL docs, "Point-to-point communication"): rank 0's two receives from rank 1 run in order, as
+do rank 1's two sends, and they pair up (a, then c); the send and the receives no longer wait behind each other.
 WHAT SIMDIST SAYS: clean; each rank checks the values it received.
 """
 import os
