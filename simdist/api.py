@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from array import array
 import sys
 from dataclasses import dataclass, field
 
@@ -13,7 +12,9 @@ import torch
 from .engine.allocator import recycle
 from .engine.context import current_rank
 from .engine.errors import DeterminismError, HazardError, SimulationError
+from .engine.outcome import merge_hazards, rank_outcome
 from .engine.policies import Choice, Jitter, make_policy
+from .engine.world import World
 from .faces.patches import Installed, TorchRankHooks
 from .faces.tensor import SimTensor
 from .faces.world import make_world
@@ -246,18 +247,17 @@ def run_script(path, *, world_size=1, argv=(), **options) -> RunResult:
 class _DigestSource:
     """Computes RunResult.digest on first use: most runs (the hunt's thousands) never read it."""
 
-    def __init__(self, world, returns, hazards):
-        self.ops, self.hasher, self.hazards = world.ops_log, world.hasher, hazards
+    def __init__(self, outcomes, returns, hazards):
+        self.outcomes, self.hazards = outcomes, hazards
         r = hashlib.blake2b(digest_size=16)
         _hash_value(r, returns)  # now: the caller may change the returned objects before reading the digest
         self.returns_hash = r.digest()
 
     def hexdigest(self):
-        h = self.hasher
-        flat = array("q")
-        for op in self.ops:  # (rank, stream, seq, start, end) of every op, in execution order
-            flat.extend((op.stream.dev.rank, op.stream.id, op.seq, op.start, op.end))
-        h.update(flat.tobytes())
+        h = hashlib.blake2b(digest_size=16)
+        for o in self.outcomes:  # every rank's (stream, seq, start, end) of every op, in its execution order
+            h.update(o.rank.to_bytes(4, "little"))
+            h.update(o.ops.tobytes())
         h.update(self.returns_hash)
         for hz in self.hazards:
             h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
@@ -277,8 +277,8 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         avoid_record_streams = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "0") == "1"
     pol = make_policy(policy, seed)
     world = make_world(world_size, seed, pol, nccl, poison, device_count, avoid_record_streams)
-    pol.bind(world)
-    for rs in world.ranks:
+    ranks = [world.ranks[r] for r in range(world_size)]
+    for rs in ranks:
         rs.env = {"RANK": str(rs.rank), "LOCAL_RANK": str(rs.rank), "WORLD_SIZE": str(world_size),
                   "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": "29500", "ROLE_RANK": str(rs.rank), "ROLE_WORLD_SIZE": str(world_size),
@@ -298,32 +298,35 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         try:
             if world.fatal is not None:
                 err = world.fatal
-                for rs in world.ranks:
+                for rs in ranks:
                     if rs.error is err and not isinstance(err, SimulationError):
                         note = f"(raised inside simulated rank {rs.rank} of {world_size})"
                         if hasattr(err, "add_note"):
                             err.add_note(note)
                 raise err
-            world.collectives.check_finished()
-            world.detector.finish()
-            returns = [_to_host(rs.returned) for rs in world.ranks]
+            World.check_finished([line for rs in ranks for line in rs.collectives.pending_lines()])
+            tokens = {}
+            for rs in ranks:
+                tokens.update(rs.tokens.resolved)
+            outcomes = [rank_outcome(rs, tokens, _to_host(rs.returned)) for rs in ranks]
         finally:
-            for rs in world.ranks:
+            for rs in ranks:
                 rs.returned = None
-            for rs in world.ranks:
                 for d in rs.devices.values():
                     d.memory.closed = True
                     recycle(d.memory)
-    hazards = list(world.detector.order)
-    if hazards:
-        by_key = {(o.stream.dev.rank, o.stream.name, o.seq): o for o in world.ops_log}
-        for hz in hazards:
-            a, b = by_key.get(hz.first_op_key), by_key.get(hz.second_op_key)
-            if a is not None and b is not None and a.end is not None and b.end is not None:
-                hz.slack_ns = a.end - b.end
+    return _result(fn, outcomes, world_size, seed, pol, nccl, kwargs, args)
+
+
+def _result(fn, outcomes, world_size, seed, pol, nccl, kwargs, args):
+    hazards = merge_hazards(outcomes)
+    returns = [o.returned for o in outcomes]
+    schedule = {}
+    for o in outcomes:
+        schedule.update(o.schedule)
     replay = _replay_command(fn, world_size, seed, pol, nccl, kwargs, args)
-    return RunResult(returns=returns, hazards=hazards, _digest=_DigestSource(world, returns, hazards),
-                     _trace_source=(TraceSource(world), hazards),
-                     schedule=dict(world.schedule_log), seed=seed, world_size=world_size, policy=pol.describe(),
-                     nccl=nccl, end_time_ns=world.ops_log[-1].end if world.ops_log else 0, ops=len(world.ops_log),
-                     replay=replay)
+    return RunResult(returns=returns, hazards=hazards, _digest=_DigestSource(outcomes, returns, hazards),
+                     _trace_source=(TraceSource(outcomes, world_size), hazards), schedule=schedule, seed=seed,
+                     world_size=world_size, policy=pol.describe(), nccl=nccl,
+                     end_time_ns=max((o.end_time for o in outcomes), default=0),
+                     ops=sum(len(o.ops) // 4 for o in outcomes), replay=replay)

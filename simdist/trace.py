@@ -3,22 +3,28 @@ from __future__ import annotations
 
 
 class TraceSource:
-    """What a trace needs of a finished world: its streams and its executed ops, turned into tuples on first
-    use (most runs never draw a trace)."""
+    """What a trace needs of a finished run: every rank's streams and executed ops (from its RankOutcome),
+    turned into events on first use (most runs never draw a trace)."""
 
-    def __init__(self, world):
-        self.world_size = world.world_size
-        self._streams = list(world.streams)
-        self._ops = world.ops_log
+    def __init__(self, outcomes, world_size):
+        self.world_size = world_size
+        self.outcomes = outcomes
 
     @property
     def streams(self):
-        return [(s.dev.rank, s.id, s.name) for s in self._streams]
+        return [(o.rank, sid, name) for o in self.outcomes for sid, name in o.streams]
 
     @property
     def ops(self):
-        return [(o.stream.dev.rank, o.stream.id, o.stream.name, o.name, o.kind, o.seq, o.start, o.end)
-                for o in self._ops]
+        out = []
+        for o in self.outcomes:
+            names = dict(o.streams)
+            ops = o.ops
+            for i in range(0, len(ops), 4):
+                sid, seq, start, end = ops[i], ops[i + 1], ops[i + 2], ops[i + 3]
+                out.append((o.rank, sid, names.get(sid, str(sid)), o.op_names[i // 4] if o.op_names else "op",
+                            o.op_kinds[i // 4] if o.op_kinds else "", seq, start, end))
+        return out
 
 
 def chrome_trace(src, hazards):

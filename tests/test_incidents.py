@@ -64,10 +64,7 @@ ERROR_SITES = {
     "i12_torch_p2p_interleaved_bug": ['dist.irecv(got["a"], src=1)', 'dist.isend(t["b"], dst=1)'],
     "i13_speechbrain_ckpt_decision_bug": ["dist.barrier()", "dist.broadcast(running_mean, src=0)"],
 }
-XFAIL_VERDICT = {
-    "i03_te_cp_softmax_lse_stream_bug": f"{ENGINE_BUGS} E1: simdist also reports a host-read for the squeeze_ "
-                                        "(metadata only) of a tensor written on another stream",
-}
+XFAIL_VERDICT = {}  # program -> the engine-bugs entry that makes simdist's verdict wrong (none open)
 
 _runs = {}
 

@@ -139,9 +139,9 @@ class Allocation:
 class DeviceMemory:
     """Per-device caching allocator over poison-filled segments."""
 
-    def __init__(self, world, device_index, poison, rank=0):
-        self.world = world
-        self.rank = rank
+    def __init__(self, rank, device_index, poison):
+        self.owner = rank  # the owning Rank (simdist/engine/rank.py)
+        self.rank = rank.rank
         self.device_index = device_index
         if isinstance(poison, int):
             self.poison_byte = poison & 0xFF
@@ -211,13 +211,13 @@ class DeviceMemory:
         self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
         self.next_alloc_id += 1
         alloc = Allocation(self, block, nbytes, stream, self.next_alloc_id)
-        self.world.detector.on_malloc(alloc)
+        self.owner.detector.on_malloc(alloc)
         return alloc
 
     def free(self, alloc):
         if self.closed or alloc.block is None:
             return
-        host = self.world.ranks[self.rank].host  # the owning process's host, whichever thread dropped it
+        host = self.owner.host  # the owning process's host, whichever thread dropped it
         # the bytes stop counting as allocated at free, even when reuse waits for recorded streams
         # (CUDACachingAllocator::free updates the stats before insert_events)
         self.allocated_bytes -= alloc.block.size
@@ -232,7 +232,7 @@ class DeviceMemory:
     def _process_pending_frees(self):
         if not self.pending_frees:
             return
-        host = self.world.ranks[self.rank].host
+        host = self.owner.host
         keep = []
         for alloc, markers in self.pending_frees:
             if all(m.end is not None and m.end <= host.clock for m in markers):
@@ -247,7 +247,7 @@ class DeviceMemory:
     def _release(self, alloc):
         block = alloc.block
         alloc.block = None
-        self.world.detector.on_free(alloc, block)
+        self.owner.detector.on_free(alloc, block)
         block.allocated = False
         block.segment.live -= 1
         for nb in (block.prev, block.next):

@@ -1,17 +1,20 @@
 """Vector clocks for happens-before, in the style of torch/cuda/_sanitizer.py.
 
-Every stream has a clock (a dict stream-id -> sequence number) shared
-copy-on-write by the ops launched on it: an op is identified by
-(stream, seq) and knows every op whose (stream, seq) its clock covers.
-Events snapshot a stream's clock; waits join it; host syncs join the
-device into the host; collectives join their participants.
+Every stream has a clock (a dict stream-id -> sequence number) shared copy-on-write by the ops launched on it:
+an op is identified by (stream, seq) and knows every op whose (stream, seq) its clock covers. Stream ids are
+unique across the world (a rank's streams are numbered from rank << STREAM_ID_BITS), so clocks can travel
+between ranks. Events snapshot a stream's clock; waits join it; host syncs join the device into the host;
+collectives join their participants.
 
-A collective's cross-rank join is only known once every rank has joined,
-so a stream that launched one carries a *token* (a negative key) that is
-expanded into the participants' joined clock lazily, when an ordering
-question cannot be answered without it.
+A collective's cross-rank join is only known once every participant has launched its side, so a stream that
+launched one carries a *token* (a tuple key naming the collective: (group key, sequence number)), expanded
+into the participants' joined clock lazily, when an ordering question cannot be answered without it. A rank
+resolves the tokens of its own collectives from its peers' messages; tokens it learned from others (through
+their clocks) are resolved at the end of the run from every rank's table.
 """
 from __future__ import annotations
+
+STREAM_ID_BITS = 24
 
 
 def join(a: dict, b: dict) -> dict:
@@ -37,38 +40,55 @@ class TokenTable:
     """Collective tokens -> the joined clock of their participants, once known."""
 
     def __init__(self):
-        self.resolved = {}  # token id (positive) -> full clock
-        self.next_id = 0
+        self.resolved = {}  # token (group key, seq) -> full clock
 
-    def new_token(self) -> int:
-        self.next_id += 1
-        return -self.next_id
-
-    def expand(self, vc: dict):
+    def expand(self, vc: dict, _busy=None):
         """Merge resolved tokens into vc in place. Returns True if unresolved tokens remain.
 
-        Mutating in place is sound: every op sharing this dict came after the
-        collective, so the knowledge is true for all of them.
+        Mutating in place is sound: every op sharing this dict came after the collective, so the knowledge is
+        true for all of them. A resolved clock is expanded itself before it is merged (and keeps that
+        expansion), so each token's clock is expanded once, not at every question (a clock names every earlier
+        collective of its stream).
         """
+        toks = [k for k in vc if type(k) is tuple]
+        if not toks:
+            return False
         unresolved = False
-        while True:
-            toks = [k for k in vc if k < 0]
-            if not toks:
-                return unresolved
-            progressed = False
-            unresolved = False
-            for t in toks:
-                full = self.resolved.get(-t)
-                if full is None:
-                    unresolved = True
-                    continue
-                del vc[t]
-                for k, v in full.items():
-                    if v > vc.get(k, 0):
+        resolved = self.resolved
+        for t in toks:
+            full = resolved.get(t)
+            if full is None:
+                unresolved = True
+                continue
+            if any(type(k) is tuple for k in full):
+                # (collectives that deadlock can name each other: expand each clock once per question)
+                busy = _busy if _busy is not None else set()
+                if id(full) not in busy and id(full) != id(vc):
+                    busy.add(id(vc))
+                    busy.add(id(full))
+                    self.expand(full, busy)
+            if vc.pop(t, None) is None:
+                continue
+            get = vc.get
+            for k, v in full.items():
+                if type(k) is tuple:
+                    if k not in vc:
                         vc[k] = v
-                progressed = True
-            if not progressed:
-                return unresolved
+                        unresolved = True
+                elif v > get(k, 0):
+                    vc[k] = v
+        return unresolved
+
+    def resolve(self, token, full: dict):
+        """`token` stands for clock `full` (its participants' joined clocks), expanded now with what is known."""
+        self.expand(full)
+        self.resolved[token] = full
+
+    def expanded(self, vc: dict) -> dict:
+        """A copy of vc with every token this table knows expanded (to send to another rank)."""
+        out = dict(vc)
+        self.expand(out)
+        return out
 
     def ordered(self, a, b):
         """Did op `a` happen before op `b`? True, False, or None (unknown yet)."""
@@ -78,7 +98,7 @@ class TokenTable:
         vc = b.vc
         if vc.get(sid, 0) >= seq:
             return True
-        if not any(k < 0 for k in vc):
+        if not any(type(k) is tuple for k in vc):
             return False
         unresolved = self.expand(vc)
         if vc.get(sid, 0) >= seq:

@@ -15,6 +15,10 @@ Rules (FACTS.md "PyTorch semantics"; torch/csrc/distributed/c10d/ProcessGroupNCC
   (unless communicators are made eagerly, init_process_group(device_id=...)).
 - gloo collectives on CPU tensors and object collectives are host rendezvous: synchronous on the host.
 - Gathers and broadcasts are bit-exact; reductions add in rank order.
+
+Each rank keeps its own view of every instance; the participants' views meet through the messages of
+simdist/engine/messages.py: Launched (call, clock) when a rank launches its side, Started when its stream reaches
+it, Data (its inputs) when the last participant has started; Arrive for host rendezvous.
 """
 from __future__ import annotations
 
@@ -22,310 +26,448 @@ import torch
 
 from . import clocks, cost
 from .errors import CollectiveMismatch, Deadlock, SimulationError
-from .frames import capture_frames, format_frames
+from .frames import capture_frames, format_frame_tuples, user_frames
 from .launch import launch
+from .messages import Arrive, Data, Launched, Started
 
 
 class Group:
-    """A process group as the engine sees it: its member ranks and per-rank call counters.
-    (The torch face subclasses it with torch.distributed's ProcessGroup API.)"""
+    """A process group as one rank sees it (the torch face subclasses it with ProcessGroup's API). `key` names
+    it the same on every rank; instances are (key, n) for this rank's n-th call on it."""
 
-    def __init__(self, gid, ranks, name):
-        self.id = gid
+    def __init__(self, key, ranks, name=None):
+        self.key = key
         self.ranks = list(ranks)
         self.index = {r: i for i, r in enumerate(self.ranks)}
-        self.name = name
-        self.seq = {}  # rank -> collectives issued on this group so far
-        self.comm_ready = set()  # ranks whose NCCL communicator for this group exists
+        self.name = name or key
+        self.calls = 0  # collectives this rank issued on this group so far
+        self.comm_ready = False  # this rank's NCCL communicator for the group exists
 
     def size(self):
         return len(self.ranks)
 
 
 class CollectiveTable:
-    """Every group and collective instance of a world."""
+    """One rank's groups and collective instances."""
 
-    def __init__(self, world, group_class=Group):
-        self.world = world
+    def __init__(self, rank, group_class=Group):
+        self.owner = rank
         self.group_class = group_class
-        self.world_group = group_class(0, range(world.world_size), "world")
-        self.groups = {(tuple(range(world.world_size)), -1): self.world_group}
-        self.group_count = {}  # (rank, ranks) -> groups of these ranks this rank made so far
-        self.instances = {}  # (group id, seq) -> rendezvous
-        self.p2p_count = {}  # ((group id, src, dst), side) -> P2P ops so far
-        self.p2p_pairs = {}  # (group id, src, dst) -> the Group of the pair
-        self.splits = {}  # (group id, seq) -> {group rank: (input splits, output splits)} of all_to_all_single
-        self.n_groups = 1
+        n = rank.world.world_size
+        self.world_group = group_class("world", range(n), "world")
+        self.groups = {"world": self.world_group}
+        self.new_groups = 0  # new_group calls so far (every rank makes every group, in the same order)
+        self.instances = {}  # token (group key, seq) or ("comm", group key) -> rendezvous
+        self.pending = {}  # token -> Collective whose own side started but whose timing is not known yet
         self.eager_init = False  # init_process_group(device_id=...): communicators made at once
-        self.comm_arrivals = {}  # group id -> {rank: host time} at its first collective
 
     # --- groups -----------------------------------------------------------
-    def new_group(self, rank, ranks, desc=None):
-        """The group of `ranks` made by this rank's n-th new_group call over them (every member calls it)."""
-        ranks = sorted(set(ranks)) if ranks is not None else list(range(self.world.world_size))
+    def new_group(self, ranks, desc=None):
+        """The group made by this rank's next new_group call (every rank calls it, members or not)."""
+        n = self.owner.world.world_size
+        ranks = sorted(set(ranks)) if ranks is not None else list(range(n))
         for r in ranks:
-            if not 0 <= r < self.world.world_size:
-                raise ValueError(f"new_group: rank {r} is not in the world of size {self.world.world_size}")
-        k = (rank.rank, tuple(ranks))
-        n = self.group_count.get(k, 0)
-        self.group_count[k] = n + 1
-        key = (tuple(ranks), n)
+            if not 0 <= r < n:
+                raise ValueError(f"new_group: rank {r} is not in the world of size {n}")
+        self.new_groups += 1
+        key = f"pg{self.new_groups}"
         g = self.groups.get(key)
         if g is None:
-            gid = self.n_groups
-            self.n_groups += 1
-            name = desc or f"pg{gid}"
-            g = self.groups[key] = self.group_class(gid, ranks, name)
+            g = self.groups[key] = self.group_class(key, ranks, desc or key)
+        elif g.ranks != ranks:
+            raise CollectiveMismatch(f"new_group call #{self.new_groups}: rank {self.owner.rank} made a group of ranks "
+                                     f"{ranks}, another rank made it of ranks {g.ranks}")
         return g
 
-    def p2p_pair(self, group, src, dst, rank, is_send):
-        """The two-rank group of a (src, dst) P2P channel, with this side's call counter advanced."""
-        ck = (group.id, src, dst)
-        side = 0 if is_send else 1
-        cnt = self.p2p_count.get((ck, side), 0) + 1
-        self.p2p_count[(ck, side)] = cnt
-        pair = self.p2p_pairs.get(ck)
-        if pair is None:
-            pair = self.p2p_pairs[ck] = self.group_class(("p2p", group.id, src, dst), sorted((src, dst)),
-                                                         f"p2p:{src}->{dst}")
-        pair.seq[rank.rank] = cnt - 1
-        return pair
+    def group_for(self, key, ranks, name):
+        """The group a message names; made here if a peer got there first."""
+        g = self.groups.get(key)
+        if g is None:
+            g = self.groups[key] = self.group_class(key, ranks, name)
+        return g
 
-    # --- communicators -----------------------------------------------------
+    def p2p_pair(self, group, src, dst):
+        """The two-rank group of the (src, dst) channel of `group`: src only sends on it and dst only receives,
+        so the n-th send meets the n-th receive."""
+        return self.group_for(f"p2p:{group.key}:{src}->{dst}", sorted((src, dst)), f"p2p:{src}->{dst}")
+
+    # --- instances ------------------------------------------------------------
+    def next_token(self, g):
+        g.calls += 1
+        return (g.key, g.calls)
+
+    def instance(self, token, g, cls, kind):
+        inst = self.instances.get(token)
+        if inst is None:
+            inst = self.instances[token] = cls(self, g, token, kind)
+        return inst
+
     def ensure_communicator(self, rank, g):
         """ProcessGroupNCCL creates a group's communicator at its first collective (ncclCommInitRank, after a
         store exchange), blocking the host until every member has arrived there, unless init_process_group got a
         device_id (then communicators are made eagerly). Ranks that first use two groups in different orders
         therefore hang on real GPUs; here they wait for each other and the run ends in a Deadlock naming it."""
-        if self.eager_init or rank.rank in g.comm_ready or isinstance(g.id, tuple):
+        if self.eager_init or g.comm_ready or g.key.startswith("p2p:"):
             return  # (P2P pairs: their set-up inside batched/grouped calls is not modelled)
-        arrived = self.comm_arrivals.setdefault(g.id, {})
-        arrived[rank.rank] = rank.host.clock
-        if len(arrived) < g.size():
-            def ready():
-                return max(arrived.values()) if len(arrived) == g.size() else None
-            rank.block(ready, ready, f"the NCCL communicator set-up of group {g.name} {g.ranks} (its first collective)")
-        rank.host.clock = max(rank.host.clock, max(arrived.values()))
-        g.comm_ready.add(rank.rank)
+        what = f"the NCCL communicator set-up of group {g.name} {g.ranks} (its first collective)"
+        inst = self.instance(("comm", g.key), g, HostRendezvous, "comm")
+        host_arrive(rank, inst, what, ("comm",), None, 0)
+        g.comm_ready = True
 
-    # --- rendezvous -------------------------------------------------------
-    def instance(self, rank, g, kind):
-        """This rank's next rendezvous on group g ("object", "cpu" or a device collective's kind)."""
-        n = g.seq.get(rank.rank, 0) + 1
-        g.seq[rank.rank] = n
-        key = (g.id, n)
-        inst = self.instances.get(key)
-        if inst is None:
-            inst = self.instances[key] = (HostRendezvous(self, g, n) if kind == "object" else
-                                          CpuRendezvous(self, g, n) if kind == "cpu" else Collective(self, g, n, kind))
-        return inst
+    # --- messages ---------------------------------------------------------------
+    def on_message(self, msg):
+        if isinstance(msg, Arrive):
+            g = self.group_for(msg.key[0] if msg.key[0] != "comm" else msg.key[1], msg.ranks, msg.group_name)
+            cls = CpuRendezvous if msg.kind == "cpu" else HostRendezvous
+            inst = self.instances.get(msg.key)
+            if inst is None:
+                inst = self.instances[msg.key] = cls(self, g, msg.key, msg.kind)
+            elif type(inst) is not cls:
+                _mismatch_message(inst, msg)
+            inst.on_arrive(msg)
+            return
+        inst = self.instances.get(msg.token)
+        if isinstance(msg, Launched):
+            g = self.group_for(msg.token[0], msg.ranks, msg.group_name)
+            if inst is None:
+                inst = self.instances[msg.token] = Collective(self, g, msg.token, msg.kind)
+            elif not isinstance(inst, Collective):
+                _mismatch_message(inst, msg)
+            inst.on_launched(msg)
+        elif isinstance(msg, Started):
+            inst.on_started(msg)
+        elif isinstance(msg, Data):
+            inst.on_data(msg)
+        else:
+            raise SimulationError(f"internal: unknown message {msg!r}")
 
-    def pending_summary(self):
+    def drain_limit(self):
+        """Device work may not run past the start of an own collective side whose timing is unknown: the data of
+        that collective moves when its last participant starts, which is not before."""
+        if not self.pending:
+            return None
+        return min(c.starts[self.owner.rank] for c in self.pending.values())
+
+    # --- the end of a run -------------------------------------------------------
+    def pending_lines(self):
+        """What this rank knows of instances that never completed (for the Deadlock report)."""
         lines = []
         for inst in self.instances.values():
-            if not inst.complete:
-                joined = sorted(inst.arrived)
-                missing = [r for r in inst.group.ranks if r not in inst.arrived]
-                first = inst.calls[joined[0]] if joined else None
-                where = ""
-                if first is not None:
-                    uf = format_frames(first[2], "      ")
-                    where = f"\n      issued by rank {joined[0]} at:\n{uf}"
-                if missing:
-                    state = f"joined by ranks {joined}, never by ranks {missing}"
-                else:
-                    state = ("joined by every rank, but some rank's side is queued on its stream behind work that "
-                             "can never start (a cycle of waits between streams or ranks)")
-                lines.append(f"  {first[0] if first else inst.kind} #{inst.seq} on group {inst.group.name}: "
-                             f"{state}{where}")
-        return ("pending collectives:\n" + "\n".join(lines)) if lines else ""
+            if inst.complete:
+                continue
+            joined = sorted(inst.calls)
+            missing = [r for r in inst.group.ranks if r not in inst.calls]
+            first = inst.calls[joined[0]] if joined else None
+            where = ""
+            if first is not None:
+                where = f"\n      issued by rank {joined[0]} at:\n{format_frame_tuples(first[2], '      ')}"
+            if missing:
+                state = f"joined by ranks {joined}, never by ranks {missing}"
+            else:
+                state = ("joined by every rank, but some rank's side is queued on its stream behind work that "
+                         "can never start (a cycle of waits between streams or ranks)")
+            what = first[0] if first else inst.kind
+            lines.append(f"  {what} #{inst.token[-1]} on group {inst.group.name}: {state}{where}")
+        return lines
 
-    def check_finished(self):
-        s = self.pending_summary()
-        if s:
-            raise Deadlock("the run ended with collectives some ranks never joined (on GPUs this hangs "
-                           "until the NCCL watchdog fires):\n" + s)
+
+def pending_summary(lines):
+    return ("pending collectives:\n" + "\n".join(lines)) if lines else ""
+
+
+def check_finished(lines):
+    if lines:
+        raise Deadlock("the run ended with collectives some ranks never joined (on GPUs this hangs until the NCCL "
+                       "watchdog fires):\n" + pending_summary(lines))
+
+
+def _mismatch_text(inst, token_seq):
+    return f"ranks issued different collectives as call #{token_seq} on group {inst.group.name} {inst.group.ranks}:"
+
+
+def _mismatch_message(inst, msg):
+    lines = [_mismatch_text(inst, inst.token[-1])]
+    for r, (d2, _s, f2) in sorted(inst.calls.items()):
+        lines.append(f"  rank {r}: {d2}\n{format_frame_tuples(f2, '      ')}")
+    lines.append(f"  rank {msg.rank}: {msg.desc}\n{format_frame_tuples(msg.frames, '      ')}")
+    raise CollectiveMismatch("\n".join(lines))
 
 
 class Collective:
-    """One device collective instance: every member rank's side of (group, seq)."""
+    """One rank's view of a device collective instance: every participant's call, clock, start and inputs, as
+    they arrive; its own side's op, inputs and outputs."""
 
-    def __init__(self, table, group, seq, kind):
+    def __init__(self, table, group, token, kind):
         self.table = table
         self.group = group
-        self.seq = seq
+        self.token = token
         self.kind = kind
-        self.token = table.world.tokens.new_token()
-        self.arrived = {}  # rank -> op
         self.calls = {}  # rank -> (description, signature, frames)
-        self.specs = {}  # rank -> (input views, output views)
-        self.snaps = {}
-        self.snapped = set()
-        self.started = 0
-        self.complete = False
-        self.end = None
+        self.clocks = {}  # rank -> full clock of its side at launch
+        self.nbytes = {}
+        self.extras = {}
+        self.metas = {}
+        self.starts = {}  # rank -> start time of its side
+        self.data = {}  # rank -> its inputs, read at the rendezvous
+        self.op = None  # this rank's side
+        self.reads = ()  # this rank's input views (CPU views of the device bytes)
+        self.outs = ()  # this rank's output views
         self.compute = None
-        self.nbytes = 0
+        self.end = None
+        self.snapped = False
+        self.complete = False
 
-    def register(self, rank, desc, sig, frames):
-        """This rank's call; a signature that differs from another rank's is a CollectiveMismatch."""
-        self.calls[rank.rank] = (desc, sig, frames)
+    # --- this rank's side ---------------------------------------------------------
+    def register_own(self, desc, sig, frames, meta, compute, reads, outs, nbytes):
+        me = self.table.owner.rank
         for r, (d2, s2, f2) in self.calls.items():
-            if r != rank.rank and s2 != sig:
+            if s2 != sig:
                 raise CollectiveMismatch(
-                    f"ranks issued different collectives as call #{self.seq} on group {self.group.name} "
-                    f"{self.group.ranks}:\n  rank {r}: {d2}\n{format_frames(f2, '      ')}\n"
-                    f"  rank {rank.rank}: {desc}\n{format_frames(frames, '      ')}")
+                    f"{_mismatch_text(self, self.token[-1])}\n  rank {r}: {d2}\n{format_frame_tuples(f2, '      ')}\n"
+                    f"  rank {me}: {desc}\n{format_frame_tuples(frames, '      ')}")
+        self.calls[me] = (desc, sig, frames)
+        self.metas[me] = meta
+        self.compute = compute
+        # CPU views only: holding the tensors would keep their blocks alive longer than NCCL does (on 2.8 a
+        # synchronous collective neither records nor stashes its tensors, so a freed input can be reused at once)
+        self.reads = [t._inner for t in reads]
+        self.outs = [t._inner for t in outs]
+        self.nbytes[me] = nbytes
 
     def arrive(self, rank, op):
-        self.arrived[rank.rank] = op
-        if len(self.arrived) == len(self.group.ranks):
-            full = {}
-            for o in self.arrived.values():
-                full = clocks.join(full, clocks.full_clock(o))
-            self.table.world.tokens.resolved[-self.token] = full
+        """Called by launch() once the side's op exists: tell the peers."""
+        self.op = op
+        me = rank.rank
+        clock = rank.tokens.expanded(clocks.full_clock(op))
+        self.clocks[me] = clock
+        extra = rank.policy.collective_extra(self.token)
+        self.extras[me] = extra
+        desc, sig, frames = self.calls[me]
+        rank.post(self.group.ranks, Launched(self.token, me, tuple(self.group.ranks), self.group.name, self.kind, desc,
+                                             sig, frames, clock, self.nbytes[me], extra, self.metas[me]))
+        self._maybe_resolve()
 
     def participant_started(self, op):
-        self.started += 1
-        if (self.started == len(self.group.ranks) and len(self.arrived) == len(self.group.ranks)
-                and all(o.start is not None for o in self.arrived.values())):
-            self._finish_timing()
+        """This rank's side got its start time (called by the event queue)."""
+        rank = self.table.owner
+        self.starts[rank.rank] = op.start
+        self.table.pending[self.token] = self
+        rank.post(self.group.ranks, Started(self.token, rank.rank, op.start))
+        self._maybe_finish_timing()
 
-    def _finish_timing(self):
-        world = self.table.world
-        queue = world.queue
-        ops = [self.arrived[r] for r in self.group.ranks]
-        start = max(o.start for o in ops)
-        # NCCL kernels wait for their peers, so the data moves once the last rank has started:
-        # every input is read at that moment (and every output written at the end)
-        for o in ops:
-            queue.push(start, _Snapshot(self, o))
-        base = cost.collective_ns(self.kind, self.nbytes, len(ops))
-        key = (f"{self.group.name}", self.seq)
-        dur = world.policy.collective(key, base)
-        world.schedule_log[key] = dur
+    # --- the peers' sides ------------------------------------------------------------
+    def on_launched(self, msg):
+        me = self.table.owner.rank
+        mine = self.calls.get(me)
+        for r, (d2, s2, f2) in list(self.calls.items()):
+            if s2 != msg.sig:
+                first, second = (msg.rank, r) if msg.rank < r else (r, msg.rank)
+                calls = dict(self.calls)
+                calls[msg.rank] = (msg.desc, msg.sig, msg.frames)
+                raise CollectiveMismatch(
+                    f"{_mismatch_text(self, self.token[-1])}\n"
+                    f"  rank {first}: {calls[first][0]}\n{format_frame_tuples(calls[first][2], '      ')}\n"
+                    f"  rank {second}: {calls[second][0]}\n{format_frame_tuples(calls[second][2], '      ')}")
+        del mine
+        self.calls[msg.rank] = (msg.desc, msg.sig, msg.frames)
+        self.clocks[msg.rank] = msg.clock
+        self.nbytes[msg.rank] = msg.nbytes
+        self.extras[msg.rank] = msg.extra
+        self.metas[msg.rank] = msg.meta
+        self._maybe_resolve()
+
+    def on_started(self, msg):
+        self.starts[msg.rank] = msg.start
+        self._maybe_finish_timing()
+
+    def on_data(self, msg):
+        self.data[msg.rank] = msg.tensors
+
+    # --- joining, timing, data -----------------------------------------------------------
+    def _maybe_resolve(self):
+        """Once every participant launched: the collective's token stands for their joined clocks."""
+        if len(self.clocks) == len(self.group.ranks):
+            full = {}
+            for r in self.group.ranks:
+                full = clocks.join(full, self.clocks[r])
+            self.table.owner.tokens.resolve(self.token, full)
+
+    def _maybe_finish_timing(self):
+        if self.op is None or len(self.starts) != len(self.group.ranks) or self.end is not None:
+            return
+        rank = self.table.owner
+        queue = rank.queue
+        n = len(self.group.ranks)
+        start = max(self.starts.values())
+        base = cost.collective_ns(self.kind, max(self.nbytes.values()), n)
+        dur = rank.policy.collective(self.token, base, [self.extras[r] for r in self.group.ranks])
+        rank.schedule_log[self.token] = dur
         self.end = start + max(1, dur)
-        for o in ops:
-            o.end = self.end
-        queue.push(self.end, self)
-        for o in ops:
-            queue.resolved(o)
+        self.table.pending.pop(self.token, None)
+        # NCCL kernels wait for their peers, so the data moves once the last rank has started: every input is read
+        # at that moment, and every output written at the end
+        queue.push(start, _Snapshot(self))
+        self.op.end = self.end
+        queue.push(self.end, _Execute(self))
+        queue.resolved(self.op)
 
-    def snapshot_taken(self, op):
-        return op.stream.dev.rank in self.snapped
+    def take_snapshot(self):
+        rank = self.table.owner
+        self.snapped = True
+        mine = [t.clone() for t in self.reads]
+        self.data[rank.rank] = mine
+        rank.post(self.group.ranks, Data(self.token, rank.rank, mine))
 
-    def take_snapshot(self, op):
-        r = op.stream.dev.rank
-        self.snapped.add(r)
-        ins = self.specs[r][0]
-        self.snaps[r] = [t.clone() for t in ins]
+    def ready(self):
+        return len(self.data) == len(self.group.ranks)
 
     def execute(self):
-        world = self.table.world
+        rank = self.table.owner
         self.complete = True
         order = self.group.ranks
-        results = self.compute([self.snaps.get(r, []) for r in order])
-        for i, r in enumerate(order):
-            op = self.arrived[r]
-            outs = self.specs[r][1]
-            vals = results[i]
+        results = self.compute([self.data[r] for r in order], [self.metas.get(r) for r in order])
+        vals = results[self.group.index[rank.rank]]
+        outs = self.outs
+        op = self.op
 
-            def fn(outs=outs, vals=vals):
-                for o, v in zip(outs, vals):
-                    if v is not None:
-                        o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
-            op.fn = fn
-            world.detector.execute(op)
-            op.fn = None
-            op.watches = None
-            world.ops_log.append(op)
+        def fn():
+            for o, v in zip(outs, vals):
+                if v is not None:
+                    o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
+        op.fn = fn
+        rank.detector.execute(op)
+        op.fn = None
+        op.watches = None
+        rank.ops_log.append(op)
         # drop every tensor reference: the instance stays in the table for reports
-        self.snaps = {}
-        self.specs = {}
+        self.data = {}
+        self.reads = self.outs = ()
         self.compute = None
 
 
 class _Snapshot:
-    """Queue item: a collective side reads its inputs (when the last rank has started)."""
+    """Queue item: this rank's side reads its inputs (when the last participant has started)."""
 
-    __slots__ = ("coll", "op")
+    __slots__ = ("coll",)
 
-    def __init__(self, coll, op):
+    def __init__(self, coll):
         self.coll = coll
-        self.op = op
+
+    def ready(self):
+        return True
 
     def execute(self):
-        self.coll.take_snapshot(self.op)
+        self.coll.take_snapshot()
+
+
+class _Execute:
+    """Queue item: this rank's side writes its outputs (it needs every participant's inputs)."""
+
+    __slots__ = ("coll",)
+
+    def __init__(self, coll):
+        self.coll = coll
+
+    def ready(self):
+        return self.coll.ready()
+
+    def execute(self):
+        self.coll.execute()
 
 
 class HostRendezvous:
-    """Object collectives: the host pickles, exchanges through the device and syncs."""
+    """A rendezvous of hosts (object collectives, NCCL communicator set-up): complete when every member's host
+    has arrived, at the latest arrival plus the exchange's cost; each member learns the others' payloads."""
 
-    def __init__(self, table, group, seq):
+    def __init__(self, table, group, key, kind):
         self.table = table
         self.group = group
-        self.seq = seq
-        self.kind = "object"
-        self.arrived = {}
-        self.calls = {}
+        self.token = key
+        self.kind = kind
+        self.calls = {}  # rank -> (description, signature, frames)
+        self.arrivals = {}  # rank -> host time
         self.payloads = {}
+        self.vc = {}
         self.complete = False
         self.done_time = None
-        self.vc = {}
 
-    register = Collective.register
+    def on_arrive(self, msg):
+        for r, (d2, s2, f2) in self.calls.items():
+            if s2 != msg.sig:
+                _mismatch_message(self, msg)
+        self.calls[msg.rank] = (msg.desc, msg.sig, msg.frames)
+        self.arrivals[msg.rank] = msg.time
+        self.payloads[msg.rank] = msg.payload
+        self.vc = clocks.join(self.vc, msg.clock)
+        self._maybe_complete()
 
-    def arrive(self, rank, payload):
-        self.arrived[rank.rank] = rank.host.clock
-        self.payloads[rank.rank] = payload
-        self.vc = clocks.join(self.vc, rank.host.vc)
-        if len(self.arrived) == len(self.group.ranks):
-            nbytes = sum(len(p) for p in self.payloads.values())
-            self.done_time = max(self.arrived.values()) + cost.collective_ns("all_gather", nbytes, len(self.arrived))
+    def _maybe_complete(self):
+        if len(self.arrivals) == len(self.group.ranks) and not self.complete:
+            nbytes = sum(_payload_bytes(p) for p in self.payloads.values())
+            self.done_time = max(self.arrivals.values()) + cost.collective_ns("all_gather", nbytes, len(self.arrivals))
             self.complete = True
 
 
 class CpuRendezvous(HostRendezvous):
-    """A gloo collective on CPU tensors: synchronous on the host. Every rank's inputs are read when the last
-    rank arrives and each rank's outputs are written before its call returns."""
-
-    def __init__(self, table, group, seq):
-        super().__init__(table, group, seq)
-        self.kind = "cpu"
-        self.results = None
+    """A gloo collective on CPU tensors: synchronous on the host. Every rank's inputs are read when the last rank
+    arrives and each rank's outputs are written before its call returns."""
 
 
-def mismatch(inst, g, rank, desc, frames):
-    """Raise the CollectiveMismatch of a rank whose call meets another kind of rendezvous."""
-    lines = [f"ranks issued different collectives as call #{inst.seq} on group {g.name} {g.ranks}:"]
-    for r, (d2, _s, f2) in sorted(inst.calls.items()):
-        lines.append(f"  rank {r}: {d2}\n{format_frames(f2, '      ')}")
-    lines.append(f"  rank {rank.rank}: {desc}\n{format_frames(frames, '      ')}")
-    raise CollectiveMismatch("\n".join(lines))
+def _payload_bytes(p):
+    if isinstance(p, (bytes, bytearray)):
+        return len(p)
+    if isinstance(p, (list, tuple)):
+        return sum(t.numel() * t.element_size() for t in p if isinstance(t, torch.Tensor))
+    return 0
 
 
-def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op, nbytes, stream_key=None):
+def host_arrive(rank, inst, desc, sig, payload, nbytes_hint):
+    """This rank's host arrives at a host rendezvous and waits until every member has."""
+    table = rank.collectives
+    frames = tuple(user_frames(capture_frames()))
+    me = rank.rank
+    for r, (d2, s2, f2) in inst.calls.items():
+        if s2 != sig:
+            raise CollectiveMismatch(f"{_mismatch_text(inst, inst.token[-1])}\n  rank {r}: {d2}\n"
+                                     f"{format_frame_tuples(f2, '      ')}\n  rank {me}: {desc}\n"
+                                     f"{format_frame_tuples(frames, '      ')}")
+    clock = rank.tokens.expanded(rank.host.vc)
+    inst.calls[me] = (desc, sig, frames)
+    inst.arrivals[me] = rank.host.clock
+    inst.payloads[me] = payload
+    inst.vc = clocks.join(inst.vc, clock)
+    rank.post(inst.group.ranks, Arrive(inst.token, me, tuple(inst.group.ranks), inst.group.name, inst.kind, desc, sig,
+                                       frames, rank.host.clock, clock, payload))
+    inst._maybe_complete()
+    if not inst.complete:
+        rank.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, desc)
+    rank.host.clock = max(rank.host.clock, inst.done_time)
+    rank.host.join_clock(inst.vc)
+    del table
+    return inst
+
+
+def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op, nbytes, stream_key=None, meta=None):
     """One rank's side of a device collective on group g: rendezvous, matching, the stream it runs on per the
-    NCCL profile, and its accesses. Returns (op, end marker or None, stashed tensors or None)."""
+    NCCL profile, and its accesses. compute(inputs per rank, metas per rank) -> outputs per rank.
+    Returns (op, the stream it runs on, the current stream, whether that is the internal NCCL stream)."""
     world = rank.world
-    table = world.collectives
+    table = rank.collectives
     table.ensure_communicator(rank, g)
-    inst = table.instance(rank, g, kind)
+    token = table.next_token(g)
+    inst = table.instance(token, g, Collective, kind)
     frames = capture_frames()
+    frame_tuples = tuple(user_frames(frames))
     if not isinstance(inst, Collective) or inst.kind != kind:
-        mismatch(inst, g, rank, desc, frames)
-    inst.register(rank, desc, sig, frames)
-    inst.compute = compute
-    # CPU views only: holding the tensors would keep their blocks alive longer than NCCL does (on 2.8 a
-    # synchronous collective neither records nor stashes its tensors, so a freed input can be reused at once)
-    inst.specs[rank.rank] = ([t._inner for t in reads], [t._inner for t in writes])
-    inst.nbytes = max(inst.nbytes, nbytes)
+        other = next(iter(inst.calls.items()), None)
+        lines = [_mismatch_text(inst, token[-1])]
+        if other is not None:
+            lines.append(f"  rank {other[0]}: {other[1][0]}\n{format_frame_tuples(other[1][2], '      ')}")
+        lines.append(f"  rank {rank.rank}: {desc}\n{format_frame_tuples(frame_tuples, '      ')}")
+        raise CollectiveMismatch("\n".join(lines))
+    inst.register_own(desc, sig, frame_tuples, meta, compute, reads, writes, nbytes)
     devs = {o._dev.index for o in list(reads) + list(writes)}
     dev = rank.device(next(iter(devs))) if devs else rank.device()
-    for r, o in inst.arrived.items():
-        if o.stream.dev.index == dev.index and world.device_count > 1 and world.world_size > 1 and r != rank.rank:
-            raise SimulationError(f"NCCL error: Duplicate GPU detected: rank {rank.rank} and rank {r} both on "
-                                  f"CUDA device {dev.index} (call torch.cuda.set_device(local_rank) first)")
     host = rank.host
     cur = rank.current_stream(dev.index)
     on_side = world.nccl_profile == "2.7" or async_op
@@ -344,21 +486,15 @@ def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op
 def host_collective(rank, g, kind, desc, sig, reads, outputs, compute, nbytes):
     """A gloo collective on CPU tensors: the host blocks until every member has arrived, then writes its
     outputs."""
-    table = rank.world.collectives
-    frames = capture_frames()
-    inst = table.instance(rank, g, "cpu")
+    table = rank.collectives
+    token = table.next_token(g)
+    inst = table.instance(token, g, CpuRendezvous, "cpu")
     if not isinstance(inst, CpuRendezvous):
-        mismatch(inst, g, rank, desc, frames)
-    inst.register(rank, desc, sig, frames)
-    inst.arrive(rank, [t.detach().clone() for t in reads])
-    if inst.complete and inst.results is None:
-        inst.results = compute([inst.payloads[r] for r in g.ranks])
-        inst.done_time = max(inst.arrived.values()) + cost.collective_ns(kind, nbytes, len(g.ranks))
-    if not inst.complete:
-        rank.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, f"{kind} (gloo)")
-    rank.host.clock = max(rank.host.clock, inst.done_time)
-    rank.host.join_clock(inst.vc)
-    for o, v in zip(outputs, inst.results[g.index[rank.rank]]):
+        raise CollectiveMismatch(f"{_mismatch_text(inst, token[-1])} rank {rank.rank} issued a gloo {desc}, "
+                                 f"another rank a {inst.kind} collective")
+    host_arrive(rank, inst, desc, sig, [t.detach().clone() for t in reads], nbytes)
+    results = compute([inst.payloads[r] for r in g.ranks], [None] * len(g.ranks))
+    for o, v in zip(outputs, results[g.index[rank.rank]]):
         if v is not None:
             o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
 
@@ -366,19 +502,15 @@ def host_collective(rank, g, kind, desc, sig, reads, outputs, compute, nbytes):
 def host_exchange(rank, g, what, payload):
     """An object collective: the host's pickled payload meets every member's (after the current stream's work,
     since objects travel as device tensors read back by the host). Returns the rendezvous (its payloads)."""
-    table = rank.world.collectives
+    table = rank.collectives
     cur = rank.current_stream()
     rank.wait_op(cur.record_marker(rank.host), what)
-    inst = table.instance(rank, g, "object")
+    token = table.next_token(g)
+    inst = table.instance(token, g, HostRendezvous, "object")
     if not isinstance(inst, HostRendezvous) or isinstance(inst, CpuRendezvous):
-        mismatch(inst, g, rank, what, capture_frames())
-    inst.register(rank, what, (what,), capture_frames())
-    inst.arrive(rank, payload)
-    if not inst.complete:
-        rank.block(lambda: inst.done_time if inst.complete else None, lambda: inst.done_time, what)
-    rank.host.clock = max(rank.host.clock, inst.done_time)
-    rank.host.join_clock(inst.vc)
-    return inst
+        raise CollectiveMismatch(f"{_mismatch_text(inst, token[-1])} rank {rank.rank} issued {what}, another rank "
+                                 f"a {inst.kind} collective")
+    return host_arrive(rank, inst, what, (what,), payload, len(payload))
 
 
 def reduce_values(vals, opname):

@@ -98,8 +98,10 @@ class Watch:
 
 
 class Detector:
-    def __init__(self, world):
-        self.world = world
+    """One rank's detector: its devices' access records, and the hazards found among them."""
+
+    def __init__(self, rank):
+        self.owner = rank
         self.hazards = {}  # key -> Hazard
         self.order = []
         self.deferred = []
@@ -169,7 +171,7 @@ class Detector:
         rec = AccessRecord(op, lo, hi, write, alloc.id, contig, view, rmw)
         records = alloc.records
         if records:
-            ordered = self.world.tokens.ordered
+            ordered = self.owner.tokens.ordered
             keep = []
             for r in records:
                 if r.hi <= lo or hi <= r.lo:
@@ -253,9 +255,13 @@ class Detector:
         else:
             writer.watches.append(w)
 
-    def finish(self):
-        """Re-check accesses whose order hung on collectives that are now resolved."""
-        ordered = self.world.tokens.ordered
+    def finish(self, tokens=None):
+        """Re-check accesses whose order hung on collectives that are now resolved (`tokens`: every rank's
+        resolved tokens, for those this rank learned of only through others' clocks)."""
+        if tokens:
+            for k, v in tokens.items():
+                self.owner.tokens.resolved.setdefault(k, v)
+        ordered = self.owner.tokens.ordered
         for r, rec, op, block, prov in self.deferred:
             if ordered(r.op, op) is False:
                 h = self.report(r, rec, op, block, watch=False)
@@ -336,17 +342,14 @@ class _Provisional:
 
 def _read_done(op):
     if op.coll is not None:
-        return op.coll.snapshot_taken(op)
+        return op.coll.snapped
     return op.done
 
 
 def _coll_reads(op, data, lo, hi):
     """Whether collective op reads bytes [lo, hi) of segment `data` (its input views, as registered)."""
-    spec = op.coll.specs.get(op.stream.dev.rank)
-    if spec is None:
-        return False
     base = data.untyped_storage().data_ptr()
-    for v in spec[0]:
+    for v in op.coll.reads:
         if v.untyped_storage().data_ptr() != base or not v.numel():
             continue
         vlo = v.storage_offset() * v.element_size()

@@ -76,3 +76,17 @@ def format_frames(frames, indent="    "):
         if src:
             lines.append(f"{indent}  {src}")
     return "\n".join(lines)
+
+
+def format_frame_tuples(frames, indent="    "):
+    """Like format_frames, for frames already resolved to (file, line, function) tuples (they travel between
+    ranks in messages)."""
+    if not frames:
+        return indent + "(no user frame)"
+    lines = []
+    for fn, line, name in frames:
+        lines.append(f'{indent}File "{fn}", line {line}, in {name}')
+        src = linecache.getline(fn, line).strip()
+        if src:
+            lines.append(f"{indent}  {src}")
+    return "\n".join(lines)

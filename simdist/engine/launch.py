@@ -25,7 +25,6 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
 
     skip: frames between launch's caller and the program (capture_frames); the per-op paths pass their own.
     """
-    world = rank.world
     host = rank.host
     if stream.host_ver != host.ver:
         stream.sync_host(host)
@@ -41,11 +40,11 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     else:
         key = (rank.rank, stream.name, op.seq)
         if dur is None:
-            dur = world.policy.kernel(key, KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS + flops // FLOPS_PER_NS)
-        world.schedule_log[key] = dur
+            dur = rank.policy.kernel(key, KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS + flops // FLOPS_PER_NS)
+        rank.schedule_log[key] = dur
     op.dur = dur
     tail = stream.tail
-    queue = world.queue
+    queue = rank.queue
     if tail is None or tail.end is not None:
         # fast path of EventQueue.schedule: the predecessor already has a time
         start = op.launch if tail is None or tail.end < op.launch else tail.end
@@ -64,7 +63,7 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
         queue.schedule(op, (tail,))
     stream.tail = op
     host.clock += LAUNCH_NS
-    detector = world.detector
+    detector = rank.detector
     for t in writes:
         alloc, span = t._alloc, t._span
         rmw = bool(reads) and _among(t, reads)  # read-modify-write: an in-place op or in-place collective
@@ -75,9 +74,9 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     for t in reads:
         if not _among(t, writes):
             detector.access(op, t._inner, t._alloc, False, t._span)
-    world.launches += 1
-    if world.launches % DRAIN_EVERY == 0:
-        world.drain_safe()
+    rank.launches += 1
+    if rank.launches % DRAIN_EVERY == 0:
+        rank.drain_safe()
     return op
 
 

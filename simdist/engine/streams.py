@@ -22,8 +22,8 @@ class Stream:
     @classmethod
     def make(cls, device, name, priority=0):
         self = object.__new__(cls)
-        world = device.world
-        self.id = world.new_stream_id()
+        rank = device.owner
+        self.id = rank.new_stream_id()
         self.dev = device
         self.name = name
         self.tail = None  # the last op queued on this stream (or the last wait marker)
@@ -31,7 +31,7 @@ class Stream:
         self.vc = {}  # what every op queued next knows (copy-on-write)
         self.host_ver = -1  # the host clock version already joined into vc
         self.priority = priority
-        world.streams.append(self)
+        rank.streams.append(self)
         return self
 
     def __repr__(self):
@@ -53,7 +53,7 @@ class Stream:
         self.sync_host(host)
         m = Op(self, "event", "marker", host.clock)
         m.vc_full = self.full_vc()
-        self.dev.world.queue.schedule(m, (self.tail,))
+        self.dev.owner.queue.schedule(m, (self.tail,))
         return m
 
     def wait_marker(self, host, marker):
@@ -63,20 +63,20 @@ class Stream:
             self.vc = clocks.join(self.vc, marker.vc_full)
         m = Op(self, "wait", "marker", host.clock)
         m.vc_full = self.full_vc()
-        self.dev.world.queue.schedule(m, (self.tail, marker))
+        self.dev.owner.queue.schedule(m, (self.tail, marker))
         self.tail = m
 
 
 class Device:
     """One simulated GPU as seen by one rank (each process has its own context): memory and streams."""
 
-    def __init__(self, world, rank, index, stream_class=Stream):
-        self.world = world
-        self.rank = rank
+    def __init__(self, rank, index, stream_class=Stream):
+        self.owner = rank  # the simdist/engine/rank.py Rank whose process owns this device context
+        self.rank = rank.rank
         self.index = index
         self.stream_class = stream_class
-        self.memory = DeviceMemory(world, index, world.poison, rank)
-        self.default_stream = stream_class.make(self, f"rank{rank}/cuda:{index}/default")
+        self.memory = DeviceMemory(rank, index, rank.world.poison)
+        self.default_stream = stream_class.make(self, f"rank{rank.rank}/cuda:{index}/default")
         self.n_user_streams = 0
         self.nccl_streams = {}
         # set by the torch face when the device is made (World.on_new_device): how torch names it, its generator
@@ -85,8 +85,8 @@ class Device:
 
     def new_stream(self, priority=0):
         self.n_user_streams += 1
-        return self.stream_class.make(self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}",
-                                      priority)
+        return self.stream_class.make(
+            self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}", priority)
 
     def nccl_stream(self, key):
         """The internal stream ProcessGroupNCCL keeps per group (or P2P pair) on this device."""

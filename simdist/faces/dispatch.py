@@ -256,7 +256,7 @@ class RankMode(TorchDispatchMode):
             elif t is not torch.Tensor and t is not torch.nn.Parameter:
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
-            hr = self.rs.world.host_memory
+            hr = self.rs.host_memory
             if hr.tensors:
                 hr.check(self.rs, func, args, kwargs)
             if hr.sources:
@@ -529,7 +529,7 @@ def _sync_compute(rs, func, info, u):
             continue
         o = allocate_like_contiguous(dev, stream, r.shape, r.dtype)
         o._inner.copy_(r)
-        rs.world.detector.access(op, o._inner, o._alloc, True)
+        rs.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
     return tuple(outs) if seq else outs[0]
 

@@ -43,9 +43,9 @@ def _rank():
 class ProcessGroup(Group):
     """A simulated NCCL process group (one object shared by its member ranks) with torch's ProcessGroup API."""
 
-    def __init__(self, gid, ranks, name):
-        super().__init__(gid, ranks, name)
-        self.group_name = name
+    def __init__(self, key, ranks, name=None):
+        super().__init__(key, ranks, name)
+        self.group_name = self.name
         self.backend = None  # None: the default group's
 
     def rank(self):
@@ -190,9 +190,12 @@ class _Future:
 
 
 def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None,
-                       nbytes=None, stream_key=None):
+                       nbytes=None, stream_key=None, meta=None):
     """Dispatch one collective call: gloo semantics for CPU tensors, NCCL's (simdist/engine/collectives.py)
-    for device tensors; returns the Work for async_op=True, else None."""
+    for device tensors; returns the Work for async_op=True, else None. compute(inputs per rank) gives the outputs
+    per rank (compute(inputs, metas) when this rank passes a `meta` every rank's is needed for)."""
+    if meta is None:
+        compute = _ignore_metas(compute)
     world = rs.world
     tensors = list(inputs) + list(outputs)
     reads = reads if reads is not None else inputs
@@ -208,7 +211,8 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
         engine.host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nb)
         return Work(rs, None, None, list(outputs)) if async_op else None
     op, stream, cur, on_side = engine.launch_collective(
-        rs, g, kind, desc, sig, reads, writes if writes is not None else outputs, compute, async_op, nb, stream_key)
+        rs, g, kind, desc, sig, reads, writes if writes is not None else outputs, compute, async_op, nb, stream_key,
+        meta)
     host = rs.host
     stash = None
     if on_side:
@@ -227,9 +231,15 @@ def _launch_collective(rs, g, kind, desc, sig, inputs, outputs, compute, async_o
     return None
 
 
+def _ignore_metas(compute):
+    def with_metas(vals, metas):
+        return compute(vals)
+    return with_metas
+
+
 def _resolve(group):
     rs = _rank()
-    table = rs.world.collectives
+    table = rs.collectives
     if group is None or group is c10d.GroupMember.WORLD or group is _WORLD_SENTINEL:
         return table.world_group
     if group is c10d.GroupMember.NON_GROUP_MEMBER:
@@ -395,30 +405,26 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     o = _check_tensor(rs, output, "all_to_all_single")
     i = _check_tensor(rs, input, "all_to_all_single")
     n = g.size()
-    me = g.index[rs.rank]
-    splits = rs.world.collectives.splits
-    key = (g.id, g.seq.get(rs.rank, 0) + 1)
     if input_split_sizes is None:
         if i.shape[0] % n:
             raise ValueError(f"all_to_all_single: dim 0 of input ({i.shape[0]}) is not divisible by {n} ranks")
         input_split_sizes = [i.shape[0] // n] * n
     if output_split_sizes is None:
         output_split_sizes = [o.shape[0] // n] * n
-    splits.setdefault(key, {})[me] = (list(input_split_sizes), list(output_split_sizes))
+    splits = (list(input_split_sizes), list(output_split_sizes))
 
-    def compute(vals):
-        sp = splits.pop(key)
-        chunks = [list(torch.split(vals[j][0], sp[j][0])) for j in range(n)]
+    def compute(vals, metas):  # metas: every rank's (input splits, output splits)
+        chunks = [list(torch.split(vals[j][0], metas[j][0])) for j in range(n)]
         out = []
         for j in range(n):
             for k in range(n):
-                if chunks[k][j].shape[0] != sp[j][1][k]:
+                if chunks[k][j].shape[0] != metas[j][1][k]:
                     raise SimulationError(f"all_to_all_single: rank {g.ranks[k]} sends {chunks[k][j].shape[0]} rows "
-                                          f"to rank {g.ranks[j]}, which expects {sp[j][1][k]}")
+                                          f"to rank {g.ranks[j]}, which expects {metas[j][1][k]}")
             out.append([torch.cat([chunks[k][j] for k in range(n)])])
         return out
     return _launch_collective(rs, g, "all_to_all", _desc("all_to_all_single", [o, i]),
-                              ("all_to_all_single", str(i.dtype)), [i], [o], compute, async_op)
+                              ("all_to_all_single", str(i.dtype)), [i], [o], compute, async_op, meta=splits)
 
 
 @_skip_if_not_member
@@ -493,7 +499,7 @@ def _p2p(rs, tensor, peer, is_send, group, async_op, batched=False):
     if peer == rs.rank:
         raise ValueError(f"rank {rs.rank} cannot send to or receive from itself")
     src, dst = (rs.rank, peer) if is_send else (peer, rs.rank)
-    pair = rs.world.collectives.p2p_pair(g, src, dst, rs, is_send)
+    pair = rs.collectives.p2p_pair(g, src, dst)
     desc = f"{'send' if is_send else 'recv'}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={peer})"
     sig = ("p2p", _sig_t(t))
     si = pair.index[src]
@@ -599,8 +605,8 @@ def init_process_group(backend=None, init_method=None, timeout=None, world_size=
     if device_id is not None:
         from .cuda import set_device
         set_device(device_id)
-        w.collectives.eager_init = True
-    w.collectives.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
+        rs.collectives.eager_init = True
+    rs.collectives.world_group.backend = str(backend).lower() if backend else DEFAULT_BACKEND
 
 
 def is_initialized():
@@ -621,7 +627,7 @@ def get_backend(group=None):
 
 
 def _backend_of(g):
-    return g.backend or _rank().world.collectives.world_group.backend or DEFAULT_BACKEND
+    return g.backend or _rank().collectives.world_group.backend or DEFAULT_BACKEND
 
 
 def get_rank(group=None):
@@ -643,7 +649,7 @@ def get_world_size(group=None):
 def new_group(ranks=None, timeout=None, backend=None, pg_options=None, use_local_synchronization=False,
               group_desc=None, device_id=None):
     rs = _rank()
-    g = rs.world.collectives.new_group(rs, ranks, group_desc)
+    g = rs.collectives.new_group(ranks, group_desc)
     if backend is not None and g.backend is None:
         g.backend = str(backend).lower()
     # torch.distributed hands non-members GroupMember.NON_GROUP_MEMBER (collectives on it are no-ops)
@@ -659,7 +665,7 @@ def new_subgroups(group_size=None, group=None, timeout=None, backend=None, pg_op
     subgroups, cur = [], None
     for start in range(0, n, group_size):
         ranks = list(range(start, start + group_size))
-        g = rs.world.collectives.new_group(rs, ranks, group_desc)
+        g = rs.collectives.new_group(ranks, group_desc)
         subgroups.append(g)
         if rs.rank in ranks:
             cur = g
@@ -671,7 +677,7 @@ def new_subgroups_by_enumeration(ranks_per_subgroup_list, timeout=None, backend=
     rs = _rank()
     subgroups, cur = [], None
     for ranks in ranks_per_subgroup_list:
-        g = rs.world.collectives.new_group(rs, ranks, group_desc)
+        g = rs.collectives.new_group(ranks, group_desc)
         subgroups.append(g)
         if rs.rank in g.index:
             cur = g
@@ -699,14 +705,14 @@ def destroy_process_group(group=None):
 
 
 def _get_default_group():
-    return _rank().world.collectives.world_group
+    return _rank().collectives.world_group
 
 
 class _GroupNS:
     @property
     def WORLD(self):
         rs = current_rank()
-        return rs.world.collectives.world_group if rs is not None else None
+        return rs.collectives.world_group if rs is not None else None
 
 
 _orig = {}

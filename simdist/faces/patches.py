@@ -70,7 +70,7 @@ def _pin_memory(self, device=None):
     if rs is not None:
         # a CPU build cannot page-lock: a copy in plain memory that the run remembers as pinned (async H2D
         # copies from it then read it when they run, as the DMA does)
-        hr = rs.world.host_memory
+        hr = rs.host_memory
         if hr.is_pinned(self):
             return self
         return hr.pin(self.clone())
@@ -84,7 +84,7 @@ def _tolist(self):
     # Tensor.tolist reads the bytes in C without an aten op: check pending async device-to-host copies here
     rs = current_rank()
     if rs is not None and self.device.type == "cpu":
-        hr = rs.world.host_memory
+        hr = rs.host_memory
         if hr.tensors:
             hr.check(rs, "tolist", (self,), {})
     return _orig_tolist(self)
@@ -93,7 +93,7 @@ def _tolist(self):
 def _is_pinned(self, device=None):
     rs = current_rank()
     if rs is not None:
-        return rs.world.host_memory.is_pinned(self)
+        return rs.host_memory.is_pinned(self)
     return _orig_is_pinned(self) if device is None else _orig_is_pinned(self, device)
 
 

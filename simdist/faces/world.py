@@ -20,9 +20,11 @@ def _name_device(device):
     device.generator = SimGenerator(device.torch_device).manual_seed(DEFAULT_RNG_SEED)
 
 
-def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False):
+def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False,
+               local_ranks=None):
     world = World(world_size, seed, policy, nccl_profile, poison, device_count, avoid_record_streams,
                   stream_class=Stream, group_class=ProcessGroup, on_new_device=_name_device,
-                  device_work=torch._C._DisableTorchDispatch)
-    world.host_memory = HostMemory(world.detector)
+                  device_work=torch._C._DisableTorchDispatch, local_ranks=local_ranks)
+    for rank in world.ranks.values():
+        rank.host_memory = HostMemory(rank.detector)
     return world

@@ -1,9 +1,9 @@
 """The thread transport: every simulated rank is a host thread of this process, and only one runs at a time.
 
-A rank runs until it must wait (a host sync, a host-side rendezvous) or finishes; then World.pick_next chooses
-the next one by virtual time alone. So a run is a pure function of (program, world size, seed, policy)
-whatever the OS does with threads (DESIGN.md 6, 8). Module globals are shared by the rank threads: code that
-keeps per-process state in modules needs one process per rank.
+Turns follow simdist/engine/turns.py: a rank's thread runs its program until it must wait for another rank; the
+thread holding the baton then plays the other ranks' turns (their messages, their device work) itself, and wakes
+a rank's thread only when that rank's wait is over. Module globals are shared by the rank threads: code that
+keeps per-process state in modules needs one process per rank (simdist/ranks/processes.py).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import threading
 from ..engine.context import set_current_rank
 from ..engine.errors import _Abort
 from ..engine.rank import BLOCKED, DONE, NEW, RUNNING
+from ..engine.turns import Baton, begin_turn, can_resume, end_turn
 from . import RankHooks
 
 
@@ -29,68 +30,83 @@ class ThreadTransport:
     def __init__(self, world, hooks=None):
         self.world = world
         self.hooks = hooks or RankHooks()
-        self.slots = {rs.rank: _Slot() for rs in world.ranks}
+        n = world.world_size
+        self.ranks = [world.ranks[r] for r in range(n)]
+        self.slots = [_Slot() for _ in range(n)]
+        self.mail = [[] for _ in range(n)]
+        self.baton = Baton(n)
         self.finished = threading.Event()
         self.aborting = False
         self.fn = None
         world.transport = self
 
     # --- the interface -----------------------------------------------------
+    def post(self, dst, msg):
+        self.mail[dst].append(msg)
+
     def run(self, fn):
         """Run fn(rank) on every rank; returns when all are done or the run failed (world.fatal)."""
         self.fn = fn
         try:
-            nxt = self._pick_next()
-            if nxt is not None:
-                self._resume(nxt)
-                self.finished.wait()
+            self._wake(0)
+            self.finished.wait()
             if self.world.fatal is not None:
                 self._abort_all()
         finally:
-            for slot in self.slots.values():
+            for slot in self.slots:
                 if slot.thread is not None:
                     slot.thread.join(timeout=60)
 
     def wait(self, me):
-        """The running rank waits: hand over to the next one and park until resumed."""
+        """The running rank waits: play the other ranks' turns until its own wait is over."""
         self.hooks.suspend(me)
-        self._hand_over()
-        if me.state == DONE:
-            return
-        self.slots[me.rank].sem.acquire()
+        nxt = self._pass(me.rank, True)
+        if nxt != me.rank:
+            if nxt is not None:
+                self._wake(nxt)
+            self.slots[me.rank].sem.acquire()
         if self.aborting:
             raise _Abort()
         self.hooks.resume(me)
         me.state = RUNNING
-        t = me.wait_cond() if me.wait_cond is not None else None
-        if t is not None and t > me.host.clock:
-            me.host.clock = t
 
-    # --- scheduling ----------------------------------------------------------
-    def _hand_over(self):
-        nxt = self._pick_next()
-        if nxt is None:
-            self.finished.set()
-        else:
-            self._resume(nxt)
+    # --- turns ----------------------------------------------------------------
+    def _take_mail(self, k):
+        m, self.mail[k] = self.mail[k], []
+        return m
 
-    def _pick_next(self):
-        world = self.world
-        if world.fatal is not None:
-            return None
+    def _pass(self, current, progressed):
+        """Play turns from `current`'s end until one rank must run in its own thread (a new rank, or a waiting
+        rank whose wait is over); returns it, or None when the run is over (then `finished` is set)."""
+        world, baton = self.world, self.baton
         try:
-            return world.pick_next()
-        except BaseException as e:  # a deadlock, or an op that failed while the queue drained: end the run
+            while True:
+                nxt = end_turn(self.ranks[current], baton, progressed)
+                if nxt is None:
+                    if baton.outcome == "deadlock" and world.fatal is None:
+                        world.fatal = world.deadlock([r.describe_wait() for r in self.ranks],
+                                                     [l for r in self.ranks for l in r.collectives.pending_lines()])
+                    self.finished.set()
+                    return None
+                rs = self.ranks[nxt]
+                if rs.state == NEW:
+                    return nxt
+                progressed = begin_turn(rs, baton, self._take_mail(nxt))
+                if can_resume(rs):
+                    return nxt
+                current = nxt
+        except BaseException as e:  # an op failed while device work ran, or a mismatch: end the run with it
             if world.fatal is None:
                 world.fatal = e
+            self.finished.set()
             return None
 
-    def _resume(self, rs):
-        slot = self.slots[rs.rank]
+    def _wake(self, k):
+        rs = self.ranks[k]
+        slot = self.slots[k]
         if rs.state == NEW:
             rs.state = RUNNING
-            slot.thread = threading.Thread(target=self._main, args=(rs,), name=f"simdist-rank{rs.rank}",
-                                           daemon=True)
+            slot.thread = threading.Thread(target=self._main, args=(rs,), name=f"simdist-rank{k}", daemon=True)
             slot.thread.start()
         slot.sem.release()
 
@@ -101,6 +117,7 @@ class ThreadTransport:
         try:
             if self.aborting:
                 raise _Abort()
+            begin_turn(rs, self.baton, self._take_mail(rs.rank))
             self.hooks.enter(rs)
             try:
                 rs.returned = self.fn(rs.rank)
@@ -118,16 +135,17 @@ class ThreadTransport:
             if self.aborting or world.fatal is not None:
                 self.finished.set()
             else:
-                self._hand_over()
+                nxt = self._pass(rs.rank, True)
+                if nxt is not None:
+                    self._wake(nxt)
 
     def _abort_all(self):
         self.aborting = True
-        for rs in self.world.ranks:
-            slot = self.slots[rs.rank]
+        for rs, slot in zip(self.ranks, self.slots):
             if rs.state in (BLOCKED, RUNNING) and slot.thread is not None:
                 self.finished.clear()
                 slot.sem.release()
                 slot.thread.join(timeout=30)
-        for slot in self.slots.values():
+        for slot in self.slots:
             if slot.thread is not None:
                 slot.thread.join(timeout=30)

@@ -14,10 +14,21 @@ class Sim:
 
     def __init__(self, n=1, nccl="2.8", policy=None):
         self.world = World(n, 0, policy or NoJitter(), nccl, "nan")
-        self.world.policy.bind(self.world)
-        self.ranks = self.world.ranks
+        self.ranks = [self.world.ranks[r] for r in range(n)]
+        self.world.transport = self  # messages are delivered at once (deliver), no rank ever blocks here
+        self.mail = {r: [] for r in range(n)}
         for r in self.ranks:
             r.current_device = r.rank
+
+    def post(self, dst, msg):
+        self.mail[dst].append(msg)
+
+    def deliver(self):
+        """Every posted message to its rank, until none is left (what turns do between ranks)."""
+        while any(self.mail.values()):
+            for r in self.ranks:
+                m, self.mail[r.rank] = self.mail[r.rank], []
+                r.deliver(m)
 
     def rank(self, i=0):
         return self.ranks[i]
@@ -31,7 +42,7 @@ class Sim:
         return dev.memory.malloc(nbytes, stream)
 
     def region(self, alloc, lo=0, hi=None):
-        return ByteRange(alloc, lo, hi, device=self.world.ranks[alloc.allocator.rank].device(alloc.allocator.device_index))
+        return ByteRange(alloc, lo, hi, device=alloc.allocator.owner.device(alloc.allocator.device_index))
 
     def kernel(self, stream, reads=(), writes=(), fn=None, name="k", dur=None, rank=None):
         rank = self.ranks[stream.dev.rank] if rank is None else rank
@@ -43,14 +54,23 @@ class Sim:
         return lambda: view.fill_(value)
 
     def run_all(self):
-        self.world.drain(INF)
+        """Deliver messages and run every rank's device work until nothing moves."""
+        while True:
+            self.deliver()
+            ran = [r.drain(INF) for r in self.ranks]
+            if not any(ran) and not any(self.mail.values()):
+                return
 
     def hazards(self):
-        self.world.detector.finish()
-        return list(self.world.detector.order)
+        out = []
+        for r in self.ranks:
+            r.detector.finish()
+            out += r.detector.order
+        return out
 
     def ordered(self, a, b):
-        return self.world.tokens.ordered(a, b)
+        return a.stream.dev.owner.tokens.ordered(a, b) if a.stream.dev.owner is b.stream.dev.owner else \
+            b.stream.dev.owner.tokens.ordered(a, b)
 
 
 @pytest.fixture

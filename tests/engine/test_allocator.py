@@ -42,7 +42,7 @@ def test_record_stream_defers_reuse_until_the_recorded_work_completed(sim):
     a.allocator.free(a)
     b = sim.malloc(1000, s1)  # the side stream's read has not completed: another block
     assert (b.block.segment.id, b.block.offset) != where
-    sim.world.drain(user.end)
+    rank.drain(user.end)
     rank.host.clock = user.end + 1  # the host has moved past the recorded event
     c = sim.malloc(1000, s1)
     assert (c.block.segment.id, c.block.offset) == where

@@ -7,9 +7,10 @@ import torch
 
 from simdist.engine.collectives import launch_collective, reduce_values
 from simdist.engine.errors import CollectiveMismatch, Deadlock
+from simdist.engine.world import World
 
 
-def _sum_f32(vals):
+def _sum_f32(vals, metas):
     """compute(): every rank's single input viewed as float32, summed in rank order, written to every rank."""
     total = reduce_values([v[0].view(torch.float32) for v in vals], "SUM")
     return [[total.view(torch.uint8)] for _ in vals]
@@ -17,13 +18,14 @@ def _sum_f32(vals):
 
 def _world(make_sim, n=2):
     sim = make_sim(n)
-    sim.world.collectives.eager_init = True  # communicators made at init (no host rendezvous at first use)
+    for r in sim.ranks:
+        r.collectives.eager_init = True  # communicators made at init (no host rendezvous at first use)
     return sim
 
 
 def _all_reduce(sim, i, region, sig=("all_reduce", "f32[4]", "SUM"), stream=None, async_op=False):
     rank = sim.rank(i)
-    g = sim.world.collectives.world_group
+    g = rank.collectives.world_group
     op, *_ = launch_collective(rank, g, "all_reduce", "all_reduce(f32[4])", sig, [region], [region], _sum_f32,
                                async_op, 16)
     return op
@@ -39,6 +41,7 @@ def test_all_reduce_values_and_timing(make_sim):
         sim.kernel(s, writes=[x], fn=(lambda v=x._inner, i=i: v.view(torch.float32).fill_(i + 1)),
                    dur=10 if i == 0 else 200_000)
     ops = [_all_reduce(sim, i, xs[i]) for i in range(2)]
+    sim.deliver()
     sim.run_all()
     for x in xs:
         assert x._inner.view(torch.float32).tolist() == [3.0] * 4
@@ -61,36 +64,32 @@ def test_mismatched_signatures_name_both_ranks(make_sim):
     sim = _world(make_sim)
     regions = [sim.region(sim.malloc(16, sim.stream(i))) for i in range(2)]
     _all_reduce(sim, 0, regions[0], sig=("all_reduce", "f32[4]", "SUM"))
+    sim.deliver()
     with pytest.raises(CollectiveMismatch, match="rank 0.*\n(.*\n)*.*rank 1"):
         _all_reduce(sim, 1, regions[1], sig=("all_reduce", "f32[4]", "MAX"))
 
 
 def test_a_cycle_of_collectives_across_streams_is_a_deadlock(make_sim):
     sim = _world(make_sim)
-    table = sim.world.collectives
-    ga = table.new_group(sim.rank(0), [0, 1])
-    table.new_group(sim.rank(1), [0, 1])
-    gb = table.new_group(sim.rank(0), [0, 1])
-    table.new_group(sim.rank(1), [0, 1])
+    groups = [[r.collectives.new_group([0, 1]) for _ in range(2)] for r in sim.ranks]
     regions = [sim.region(sim.malloc(16, sim.stream(i))) for i in range(2)]
-    order = {0: (ga, gb), 1: (gb, ga)}  # rank 1 issues them the other way round, on one stream
+    order = {0: (0, 1), 1: (1, 0)}  # rank 1 issues them the other way round, on one stream
     for i in range(2):
-        for g in order[i]:
-            launch_collective(sim.rank(i), g, "all_reduce", "all_reduce", ("ar",), [regions[i]], [regions[i]],
-                              _sum_f32, False, 16)
-    for r in sim.ranks:
-        r.state = "done"
-    assert sim.world.pick_next() is None  # every queued op that can run has run
+        for k in order[i]:
+            launch_collective(sim.rank(i), groups[i][k], "all_reduce", "all_reduce", ("ar",), [regions[i]],
+                              [regions[i]], _sum_f32, False, 16)
+    sim.run_all()  # every queued op that can run has run
     with pytest.raises(Deadlock, match="queued on its stream behind work that can never start"):
-        table.check_finished()
+        World.check_finished([line for r in sim.ranks for line in r.collectives.pending_lines()])
 
 
 def test_a_collective_some_rank_never_joins_is_a_deadlock(make_sim):
     sim = _world(make_sim)
     region = sim.region(sim.malloc(16, sim.stream(0)))
     _all_reduce(sim, 0, region)
+    sim.run_all()
     with pytest.raises(Deadlock, match=r"joined by ranks \[0\], never by ranks \[1\]"):
-        sim.world.collectives.check_finished()
+        World.check_finished([line for r in sim.ranks for line in r.collectives.pending_lines()])
 
 
 @pytest.mark.parametrize("op, expected", [("SUM", [6, 9]), ("MAX", [5, 5]), ("MIN", [1, 4]), ("PRODUCT", [5, 20]),

@@ -87,7 +87,7 @@ def test_record_stream_makes_the_reuse_safe(sim):
     user = sim.kernel(s2, reads=[sim.region(a)], dur=1_000_000)
     a.record_stream(s2)
     a.allocator.free(a)
-    sim.world.drain(user.end)
+    rank.drain(user.end)
     rank.host.clock = user.end + 1
     b = sim.malloc(256, s1)
     sim.kernel(s1, writes=[sim.region(b)])

@@ -60,7 +60,7 @@ def test_host_sync_joins_the_device_into_the_host(sim):
     s1, s2 = sim.stream(), sim.stream(new=True)
     a = sim.kernel(s1, dur=50_000)
     marker = s1.record_marker(rank.host)
-    sim.world.drain(marker.end)
+    rank.drain(marker.end)
     rank.wait_op(marker, "synchronize")  # due already: no wait needed
     assert rank.host.clock >= a.end
     b = sim.kernel(s2)  # work queued after a host sync is ordered after everything the sync waited for

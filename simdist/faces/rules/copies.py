@@ -47,7 +47,7 @@ def _to_copy(rs, func, args, kwargs):
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
         # the host gets the tensor at once and must synchronize before reading it
-        return _d2h_async(rs, src, rs.world.host_memory.pin(_poisoned_host(tuple(src.shape), dtype)))
+        return _d2h_async(rs, src, rs.host_memory.pin(_poisoned_host(tuple(src.shape), dtype)))
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
@@ -61,7 +61,7 @@ def _to_copy(rs, func, args, kwargs):
         return res
     dev = _factory_device(rs, tdev)
     stream = rs.current_stream(dev.index)
-    hr = rs.world.host_memory
+    hr = rs.host_memory
     if kwargs.get("non_blocking") and hr.is_pinned(src):
         # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
@@ -79,7 +79,7 @@ def _h2d_async(rs, stream, dst, src):
     to `src` before the host has waited for it is a race (HostReads.check_writes)."""
     di = dst._inner
     op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
-    rs.world.host_memory.pending_source(op, src)
+    rs.host_memory.pending_source(op, src)
     return dst
 
 
@@ -89,7 +89,7 @@ def _d2h_async(rs, src, dst):
     si = src._inner
     op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (src,), (),
                 _nbytes((src,)))
-    rs.world.host_memory.pending(op, dst)
+    rs.host_memory.pending(op, dst)
     return dst
 
 
@@ -124,7 +124,7 @@ def _copy_(rs, func, args, kwargs):
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)
         di = d._inner
-        hr = rs.world.host_memory
+        hr = rs.host_memory
         if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
                 and hr.is_pinned(src):
             _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
@@ -137,7 +137,7 @@ def _copy_(rs, func, args, kwargs):
     s = _sim_of(src)
     # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
     # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
-    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.world.host_memory.is_pinned(dst):
+    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.host_memory.is_pinned(dst):
         return _d2h_async(rs, s, dst)
     holder = []
     si = s._inner

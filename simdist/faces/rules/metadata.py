@@ -96,3 +96,10 @@ def _unsupported(rs, func, args, kwargs):
 
 register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
          aten._pin_memory.default)(_unsupported)
+
+
+@register(aten._has_compatible_shallow_copy_type.default)
+def _compatible_shallow_copy_type(rs, func, args, kwargs):
+    """`t.data = other` asks this before swapping metadata: a question about tensor types, not bytes (no device
+    work, no host read)."""
+    return func(*(a._inner if isinstance(a, SimTensor) else a for a in (_sim_of(x) for x in args)))

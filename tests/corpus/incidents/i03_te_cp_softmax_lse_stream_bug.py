@@ -24,8 +24,9 @@ stream's transpose.
 WHAT SIMDIST SAYS: read-after-write: the transpose (current stream) reads step 1's softmax_lse written on cp_stream,
 and the lse correction on cp_stream reads the transposed copy written on the current stream; also reuse-after-free:
 the untransposed tensor (allocated on cp_stream, last read on the current stream) is dropped by the reassignment and
-its block goes to cp_stream's next allocation at once (no record_stream). (simdist at 6065cd4 also reports a
-host-read for the `squeeze_` on the current stream, which a GPU would not have: docs/dev/engine-bugs/incidents.md E1.)
+its block goes to cp_stream's next allocation at once (no record_stream). (simdist at 6065cd4 also reported a
+host-read for the `squeeze_` on the current stream, which a GPU would not have: docs/dev/engine-bugs/incidents.md E1,
+fixed.)
 """
 import os
 
