@@ -2,26 +2,27 @@
 (pyproject.toml) so that simdist's own command line never imports this package."""
 from __future__ import annotations
 
-from simdist.cli import UsageError, positive_int
+from simdist.cli import UsageError
 
 
 def register_hunt(sub):
+    from .hunt import add_arguments
     h = sub.add_parser("hunt", help="the main job: hunt the FP8 refit incident's cause by simulation",
-                       description="Runs the refit properties over the incident's configurations for the faithful "
-                                   "stack and each candidate fault; prints the failure matrix beside the reported "
-                                   "one, the shrunk reproducer with its replay command, a Perfetto trace of the "
-                                   "witness, and checks the fix under many schedules.")
-    h.add_argument("--json", action="store_true", help="machine-readable output")
-    h.add_argument("--seeds", type=positive_int, default=20, help="seeds per configuration (default 20)")
-    h.add_argument("--fix-schedules", type=positive_int, default=1000,
-                   help="schedules the fix must survive (default 1000)")
-    h.add_argument("--trace", default="hunt-witness.trace.json", help="where to write the witness trace")
-    h.add_argument("--export", default=None, help="also write the scenario corpus for the GPU job here")
-    h.add_argument("--no-progress", action="store_true")
+                       description="Runs the refit program over the incident's configurations for the faithful "
+                                   "stack and each candidate cause (each drops one real ordering edge, named by its "
+                                   "source line), fits the simulated matrix to the incident's evidence file, and "
+                                   "prints the conclusion computed from it, a witness with its replay command and "
+                                   "trace, and the fix checked in the full refit program.")
+    add_arguments(h)
     h.set_defaults(func=_hunt)
 
 
 def _hunt(a):
+    for flag in ("seeds", "fix_schedules"):
+        v = getattr(a, flag, None)
+        if v is not None and v < 1:
+            raise UsageError(f"simdist hunt: argument --{flag.replace('_', '-')}: expected a positive integer, "
+                             f"got {v}")
     from .hunt import main
     return main(a)
 
