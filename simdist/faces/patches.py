@@ -18,7 +18,8 @@ from . import guard
 from . import rules  # noqa: F401  (registers the op rules)
 from .cuda import cuda_patches
 from .dispatch import RankMode
-from .distributed import distributed_patches
+from .c10d import c10d_patches, forget_rank
+from .rules.functional_collectives import forget_rank as forget_functional_works
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
 
@@ -272,7 +273,7 @@ def _patch_list():
         (torch, "nonzero", _nonzero),
         (torch, "_has_compatible_shallow_copy_type", _compatible_shallow_copy),
     ]
-    items += distributed_patches()
+    items += c10d_patches()
     if guard.available() and _orig_engine_run_backward is not None:
         items.append((torch.autograd, "_engine_run_backward", _engine_run_backward))
     return items
@@ -333,6 +334,8 @@ class Installed:
                                   else getattr(owner, name, _MISSING)))
                     setattr(owner, name, new)
                 self.guard = guard.set_enabled(True) if guard.available() else False
+                # c10d's registry of groups by name: one per rank thread (as torch's threaded test groups do)
+                self.isolation = _set_thread_isolation(True)
             except BaseException:
                 _restore(saved)
                 raise
@@ -352,6 +355,8 @@ class Installed:
             _active = None
             if self.guard:
                 guard.set_enabled(False)
+            if self.isolation:
+                _set_thread_isolation(False)
         if self.gc_was:
             gc.enable()
         torch.set_num_threads(self.threads)
@@ -359,6 +364,14 @@ class Installed:
 
 
 _MISSING = object()
+
+
+def _set_thread_isolation(on):
+    fn = getattr(torch._C._distributed_c10d, "_set_thread_isolation_mode", None)
+    if fn is None:
+        return False
+    fn(on)
+    return True
 
 
 def _restore(saved):
@@ -387,6 +400,8 @@ class TorchRankHooks:
         rs.face.__enter__()
 
     def leave(self, rs):
+        forget_rank(rs)
+        forget_functional_works(rs)
         if rs.face is not None:
             rs.face.__exit__(None, None, None)
             rs.face = None

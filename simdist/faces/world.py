@@ -7,7 +7,6 @@ import torch
 
 from ..engine.world import World
 from .cuda import Stream
-from .distributed import ProcessGroup
 from .host_memory import HostMemory
 from .rng import SimGenerator
 
@@ -23,7 +22,7 @@ def _name_device(device):
 def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False,
                local_ranks=None):
     world = World(world_size, seed, policy, nccl_profile, poison, device_count, avoid_record_streams,
-                  stream_class=Stream, group_class=ProcessGroup, on_new_device=_name_device,
+                  stream_class=Stream, on_new_device=_name_device,
                   device_work=torch._C._DisableTorchDispatch, local_ranks=local_ranks)
     for rank in world.ranks.values():
         rank.host_memory = HostMemory(rank.detector)

@@ -81,13 +81,12 @@ def _resize(rs, func, args, kwargs):
 register(aten.resize_.default)(_resize)
 
 
-@register_namespace("_c10d_functional")
 @register_namespace("c10d")
 @register_namespace("_dtensor")
 def _unsupported_collective(rs, func, args, kwargs):
     # would run locally and return one rank's data: refuse
-    raise UnsupportedOperation(f"{func}: functional / C++ c10d collectives are not modelled by simdist; use the "
-                               "torch.distributed API (dist.all_reduce, dist.all_gather_into_tensor, ...)")
+    raise UnsupportedOperation(f"{func}: this collective op is not modelled by simdist on simulated tensors (the "
+                               "torch.distributed API and torch.ops._c10d_functional are)")
 
 
 def _unsupported(rs, func, args, kwargs):

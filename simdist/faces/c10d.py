@@ -1,0 +1,881 @@
+"""torch.distributed, simulated: a process group that torch's own c10d layer drives.
+
+torch's Python layer (torch/distributed/distributed_c10d.py) runs unmodified inside a simulated rank:
+init_process_group, new_group, the collectives, P2P, object collectives, _coalescing_manager,
+batch_isend_irecv, DeviceMesh, DTensor, FSDP2, DDP. What simdist swaps is the backend it creates:
+`ProcessGroupNCCL` (and `ProcessGroupGloo`) are SimProcessGroup, a real `torch.distributed.ProcessGroup`
+subclass, so every caller, Python or C++ (DDP's Reducer, functional collectives), reaches its methods; the
+rendezvous gives each rank a store of its own (ranks meet through simdist's engine, not a TCP store); and the
+c10d registry of groups (`_world`) is per rank (in the thread transport, rank threads share the module).
+
+Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp):
+- device tensors follow NCCL's stream semantics per profile (2.7: the group's internal stream, tensors
+  record_stream-ed; 2.8+: `opts.asyncOp=False` on the current stream, async on the internal stream with its
+  tensors stashed until wait() or until the host sees the collective complete, as the watchdog does);
+- tensors must be CUDA and dense, and contiguous in their suggested memory format for collectives (a
+  channels_last tensor is; NCCL moves its bytes in memory order); P2P takes any layout and moves `numel`
+  elements of memory from the tensor's first byte, as NCCL does;
+- CPU tensors need a gloo backend in the group's config (`cpu:gloo`), and are synchronous host rendezvous;
+- NCCL has no bitwise reductions; PREMUL_SUM carries its factor; AVG on bool is refused;
+- batch_isend_irecv's sends and receives are one NCCL group: they do not queue behind each other.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+import torch.distributed as dist
+
+from ..engine import collectives as engine
+from ..engine.context import current_rank
+from ..engine.errors import SimulationError, UnsupportedOperation
+from .tensor import SimTensor
+
+c10d = dist.distributed_c10d
+_C = torch._C._distributed_c10d
+
+
+def _rank():
+    rs = current_rank()
+    if rs is None:
+        raise SimulationError("a simulated process group was used outside a simulated rank")
+    return rs
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def _redop_name(op, tensor=None):
+    """The reduce op's name for signatures and reductions: 'SUM', 'MAX'..., 'PREMUL_SUM(0.5)'.
+
+    A ReduceOp made by dist._make_nccl_premul_sum carries its factor. NCCL has no bitwise reductions
+    (ProcessGroupNCCL getNcclReduceOp: "Cannot use ReduceOp.BAND with NCCL"); gloo (CPU tensors) has them."""
+    if op is None:
+        return "SUM"
+    kind = getattr(op, "op", None)  # a ReduceOp instance (RedOpType inside); RedOpType has .name
+    n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
+    n = n.split(".")[-1].upper()
+    cuda = tensor is not None and tensor.device.type == "cuda"
+    if n == "PREMUL_SUM":
+        f = getattr(op, "factor", None)
+        if f is None:
+            raise UnsupportedOperation("ReduceOp.PREMUL_SUM needs a factor: use dist._make_nccl_premul_sum(f)")
+        f = f.item() if isinstance(f, torch.Tensor) else float(f)
+        return f"PREMUL_SUM({f!r})"
+    if n in ("BAND", "BOR", "BXOR") and cuda:
+        raise ValueError(f"Cannot use ReduceOp.{n} with NCCL")
+    if n == "AVG" and cuda and tensor.dtype == torch.bool:
+        raise TypeError("Cannot use ReduceOp.AVG with boolean inputs")
+    if n not in ("SUM", "AVG", "PRODUCT", "MAX", "MIN", "BAND", "BOR", "BXOR"):
+        raise UnsupportedOperation(f"reduce op {n} is not modelled by simdist")
+    if n == "SUM" and cuda and tensor.dtype == torch.bool:
+        return "MAX"  # ProcessGroupNCCL maps SUM of bools to MAX (a bitwise or) against uint8 overflow
+    return n
+
+
+def _sig_t(t):
+    return (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+
+
+def _desc(kind, tensors, extra=""):
+    ts = ", ".join(f"{d}{list(s)}" for s, d in (_sig_t(t) for t in tensors))
+    return f"{kind}({ts}{', ' + extra if extra else ''})"
+
+
+def _dense_format(t):
+    return t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else (
+        t.is_contiguous(memory_format=torch.channels_last_3d) if t.dim() == 5 else False)
+
+
+def _check(rs, t, what, p2p=False):
+    """ProcessGroupNCCL's check_gpu_single_tensor: CUDA and dense; contiguous in its suggested memory format
+    for collectives (P2P takes any layout)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what}: expected a tensor, got {type(t).__name__}")
+    if not isinstance(t, SimTensor):
+        return t
+    if t.is_sparse:
+        raise ValueError("Tensors must be CUDA and dense")
+    if t._dev.rank != rs.rank:
+        raise SimulationError(f"{what}: rank {rs.rank} passed a tensor of rank {t._dev.rank}")
+    if not p2p and not (t.is_contiguous() or _dense_format(t)):
+        raise ValueError("Tensors must be contiguous")
+    return t
+
+
+class _Region:
+    """A view of a simulated tensor's bytes in memory order: what NCCL moves (its `numel` elements from the
+    first byte). Accesses are recorded on the tensor's allocation like any kernel's (simdist/engine/launch.py)."""
+
+    __slots__ = ("_alloc", "_span", "_inner", "_dev", "shape", "dtype")
+
+    def __init__(self, t):
+        inner = t._inner
+        if not inner.is_contiguous():
+            n = inner.numel()
+            isz = inner.element_size()
+            block = t._alloc.block
+            lo = inner.storage_offset() * isz
+            if block is None or lo + n * isz > block.offset + block.size:
+                raise UnsupportedOperation(
+                    f"NCCL would move {n} elements of memory from the first byte of a {list(t.shape)} "
+                    f"tensor with strides {list(t.stride())}: past its allocation (not modelled by simdist)")
+            inner = inner.as_strided((n,), (1,), inner.storage_offset())
+        self._alloc = t._alloc
+        self._span = None
+        self._inner = inner
+        self._dev = t._dev
+        self.shape = t.shape
+        self.dtype = t.dtype
+
+    def numel(self):
+        return self._inner.numel()
+
+    def element_size(self):
+        return self._inner.element_size()
+
+
+def _region(t):
+    if not isinstance(t, SimTensor):
+        return t
+    return t if t._inner.is_contiguous() else _Region(t)
+
+
+# --- works and futures --------------------------------------------------------------------------
+class SimWork(dist.Work):
+    """The handle of a simulated collective (c10d Work; C++ callers reach these methods too)."""
+
+    def __init__(self, rs, marker=None, stash=None, outputs=(), host_blocking=False, what="collective",
+                 parts=()):
+        super().__init__()
+        self._rs = rs
+        self._marker = marker
+        self._stash = stash
+        self._outputs = list(outputs)
+        self._host_blocking = host_blocking
+        self._what = what
+        self._parts = list(parts)  # the works of a coalesced group
+
+    def wait(self, timeout=None):
+        rs = _rank()
+        for p in self._parts:
+            p.wait(timeout)
+        m = self._marker
+        if m is not None:
+            rs.current_stream(m.stream.dev.index).wait_marker(rs.host, m)
+            if self._host_blocking:
+                rs.wait_op(m, self._what)
+        if self._stash is not None:
+            _in_flight(rs).release(self._stash)
+            self._stash = None
+        return True
+
+    def synchronize(self):
+        self.wait()
+
+    def is_completed(self):
+        rs = _rank()
+        if not all(p.is_completed() for p in self._parts):
+            return False
+        m = self._marker
+        if m is None or (m.end is not None and m.end <= rs.host.clock):
+            if m is not None:
+                rs.host.join_op(m)
+            return True
+        rs.poll_pending(m, "Work.is_completed()")
+        return False
+
+    def is_success(self):
+        return self.is_completed()
+
+    def exception(self):
+        return None
+
+    def result(self):
+        out = list(self._outputs)
+        for p in self._parts:
+            out += p.result()
+        return out
+
+    def source_rank(self):
+        raise RuntimeError("sourceRank() may only be called on recv or recvAnysource work objects")
+
+    def get_future(self):
+        """A completed torch Future of the outputs. A CUDA future's callbacks and waits run on streams
+        synchronized with the collective, so the current stream waits for it here, before anything can use the
+        value (a consumer of the future is therefore ordered after the collective, as on a GPU)."""
+        self.wait()
+        fut = torch.futures.Future()
+        fut.set_result(self.result())
+        return fut
+
+
+class _InFlight:
+    """The tensors async collectives hold (ProcessGroupNCCL stashes them in the Work and its watchdog keeps the
+    Work until the collective completes), released at wait() or once the host sees the collective done."""
+
+    def __init__(self):
+        self.entries = []  # [marker, tensors]
+
+    def add(self, marker, tensors):
+        entry = [marker, tensors]
+        self.entries.append(entry)
+        return entry
+
+    def release(self, entry):
+        entry[1] = None
+
+    def prune(self, rs):
+        keep = []
+        for entry in self.entries:
+            m, ts = entry
+            if ts is None:
+                continue
+            if m.end is not None and m.end <= rs.host.clock:
+                rs.host.join_op(m)  # the watchdog saw the end event complete
+                entry[1] = None
+                continue
+            keep.append(entry)
+        self.entries = keep
+
+
+_IN_FLIGHT = {}  # rank -> _InFlight (one per simulated process)
+
+
+def _in_flight(rs):
+    f = _IN_FLIGHT.get(id(rs))
+    if f is None:
+        f = _IN_FLIGHT[id(rs)] = _InFlight()
+    return f
+
+
+# --- the process group ---------------------------------------------------------------------------
+class _Options:
+    """ProcessGroupNCCL.Options / ProcessGroupGloo's options: what c10d sets on them."""
+
+    def __init__(self, *args, **kwargs):
+        self.is_high_priority_stream = False
+        self._timeout = None
+        self.global_ranks_in_group = []
+        self.group_name = ""
+        self.split_from = None
+        self.split_color = 0
+        self.config = None
+
+    def __getattr__(self, name):
+        raise AttributeError(f"simdist's process group options have no {name!r}")
+
+
+class SimProcessGroup(dist.ProcessGroup):
+    """One rank's simulated NCCL (and gloo) process group."""
+
+    Options = _Options
+    supports_coalescing = True
+    supports_splitting = False
+    supports_time_estimate = False
+
+    def __init__(self, store, rank, size, options=None, timeout=None):
+        super().__init__(rank, size)
+        self.options = options if isinstance(options, _Options) else _Options()
+        self._store = store
+        self._group = None
+        self._coalesced = None  # works of the open _start_coalescing block
+        self._backends = None
+
+    # --- what c10d asks of a backend -------------------------------------------------------------
+    def _set_sequence_number_for_group(self):
+        pass
+
+    def _get_sequence_number_for_group(self):
+        return self._engine_group().calls
+
+    def _get_backend(self, device):
+        return self
+
+    def _get_backend_name(self):
+        return self.name()
+
+    def name(self):
+        return "nccl" if "nccl" in self._config().values() else "gloo"
+
+    def getBackendName(self):
+        return self.name()
+
+    @property
+    def group_name(self):
+        return c10d._world.pg_names.get(self, self.options.group_name or "")
+
+    @property
+    def _device_types(self):
+        return [torch.device(d) for d in self._config()]
+
+    def eager_connect_single_device(self, device):
+        pass
+
+    def perform_nocolor_split(self, device):
+        pass
+
+    def comm_split_count(self):
+        return 0
+
+    def _set_default_timeout(self, timeout):
+        pass
+
+    def _add_ephemeral_timeout(self, timeout):
+        pass
+
+    def abort(self):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def __repr__(self):
+        try:
+            return f"<simdist ProcessGroup {self.group_name} ranks={self._engine_group().ranks}>"
+        except Exception:  # noqa: BLE001 - not registered yet
+            return "<simdist ProcessGroup>"
+
+    # --- the group as the engine sees it ----------------------------------------------------------
+    def _config(self):
+        if self._backends is None:
+            cfg = c10d._world.pg_backend_config.get(self)
+            if cfg is None:
+                return {"cuda": "nccl"}
+            out = {}
+            for part in str(cfg).split(","):
+                dev, _, be = part.partition(":")
+                out[dev.strip()] = be.strip()
+            self._backends = out
+        return self._backends
+
+    def _engine_group(self):
+        g = self._group
+        if g is None:
+            ranks_map = c10d._world.pg_group_ranks.get(self)
+            if ranks_map:
+                ranks = [r for r, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
+            else:
+                ranks = list(self.options.global_ranks_in_group) or list(range(self.size()))
+            name = self.group_name or "pg"
+            desc = getattr(self, "group_desc", None) or name
+            g = self._group = _rank().collectives.group_for(name, ranks, desc if desc != "undefined" else name)
+        return g
+
+    # --- the one path of every collective -------------------------------------------------------
+    def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
+             stream_key=None, meta=None, host_blocking=False, group=None):
+        rs = _rank()
+        g = group if group is not None else self._engine_group()
+        tensors = list(inputs) + list(outputs)
+        reads = list(reads if reads is not None else inputs)
+        writes = list(writes if writes is not None else outputs)
+        nb = nbytes if nbytes is not None else sum(t.numel() * t.element_size() for t in inputs)
+        if meta is None:
+            compute = _ignore_metas(compute)
+        n_cpu = sum(1 for t in tensors if not isinstance(t, SimTensor))
+        cfg = self._config()
+        if n_cpu:
+            if n_cpu != len(tensors):
+                raise ValueError(f"{kind}: CPU and CUDA tensors mixed in one collective")
+            if cfg.get("cpu") != "gloo":
+                raise RuntimeError(f"No backend type associated with device type cpu (group {g.name} has backend "
+                                   f"config {c10d._world.pg_backend_config.get(self)!r}; a CPU tensor needs gloo, "
+                                   "e.g. init_process_group('cpu:gloo,cuda:nccl'))")
+            engine.host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nb)
+            return SimWork(rs, None, None, outputs, what=desc)
+        if cfg.get("cuda") != "nccl":
+            raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
+                                       "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
+        world = rs.world
+        in_flight = _in_flight(rs)
+        in_flight.prune(rs)
+        reads = [_region(t) for t in reads]
+        writes = [_region(t) for t in writes]
+        op, stream, cur, on_side = engine.launch_collective(rs, g, kind, desc, sig, reads, writes, compute, async_op,
+                                                            nb, stream_key, meta)
+        host = rs.host
+        stash = None
+        if on_side:
+            if world.nccl_profile == "2.7" and not world.avoid_record_streams:
+                for t in tensors:
+                    t._alloc.record_stream(stream)
+            else:
+                stash = tensors
+        marker = stream.record_marker(host) if (on_side or async_op) else None
+        if stash is not None:
+            stash = in_flight.add(marker, stash)
+        if world.nccl_profile == "2.7" and not async_op:
+            cur.wait_marker(host, marker)  # ProcessGroupNCCL <= 2.7: a synchronous op's current stream waits
+            marker = None
+        work = SimWork(rs, marker, stash, outputs, host_blocking, desc)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    # --- collectives ------------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        rs = _rank()
+        ts = [_check(rs, t, "all_reduce") for t in _as_list(tensors)]
+        op = getattr(opts, "reduceOp", None)
+        return self._allreduce(ts, op, _async(opts))
+
+    def _allreduce(self, ts, op, async_op):
+        name = _redop_name(op, ts[0])
+        desc = _desc("all_reduce", ts, name)
+        return self._run("all_reduce", desc, ("all_reduce", tuple(_sig_t(t) for t in ts), name), ts, ts,
+                         lambda vals: [[engine.reduce_values([v[k] for v in vals], name) for k in range(len(ts))]]
+                         * len(vals), async_op)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        rs = _rank()
+        ts = [_check(rs, t, "all_reduce_coalesced") for t in tensors]
+        return self._allreduce(ts, getattr(opts, "reduceOp", None), _async(opts))
+
+    def broadcast(self, tensors, opts=None):
+        rs = _rank()
+        ts = [_check(rs, t, "broadcast") for t in _as_list(tensors)]
+        root = int(getattr(opts, "rootRank", 0))
+        g = self._engine_group()
+        if not 0 <= root < g.size():
+            raise ValueError(f"broadcast: root rank {root} is not in the group of size {g.size()}")
+        is_root = g.index[rs.rank] == root
+        return self._run(
+            "broadcast", _desc("broadcast", ts, f"src={g.ranks[root]}"),
+            ("broadcast", tuple(_sig_t(t) for t in ts), root), ts, ts,
+            lambda vals: [vals[root] if j != root else [None] * len(ts) for j in range(len(vals))], _async(opts),
+            reads=ts if is_root else [], writes=[] if is_root else ts,
+            nbytes=sum(t.numel() * t.element_size() for t in ts))
+
+    def reduce(self, tensors, opts=None):
+        rs = _rank()
+        ts = [_check(rs, t, "reduce") for t in _as_list(tensors)]
+        t = ts[0]
+        root = int(getattr(opts, "rootRank", 0))
+        g = self._engine_group()
+        name = _redop_name(getattr(opts, "reduceOp", None), t)
+        is_root = g.index[rs.rank] == root
+        return self._run(
+            "reduce", _desc("reduce", [t], f"dst={g.ranks[root]}, {name}"), ("reduce", _sig_t(t), root, name), [t],
+            [t], lambda vals: [[engine.reduce_values([v[0] for v in vals], name)] if j == root else [None]
+                               for j in range(len(vals))], _async(opts), writes=[t] if is_root else [])
+
+    def _allgather_into(self, out, inp, async_op, what="all_gather_into_tensor"):
+        rs = _rank()
+        o = _check(rs, out, what)
+        i = _check(rs, inp, what)
+        n = self._engine_group().size()
+        if o.dtype != i.dtype:
+            raise TypeError("output tensor must have the same type as input tensor")
+        if o.numel() != n * i.numel():
+            raise ValueError("output tensor size must be equal to world_size times input tensor size")
+        return self._run("all_gather", _desc(what, [o, i]), ("all_gather_into_tensor", _sig_t(i)), [i], [o],
+                         lambda vals: [[torch.cat([v[0].reshape(-1) for v in vals])]] * n, async_op,
+                         nbytes=o.numel() * o.element_size())
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._allgather_into(output, input, _async(opts))
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._allgather_into(output, input, _async(opts), "all_gather_single")
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesce([self._allgather_into(o, i, _async(opts), "all_gather_into_tensor_coalesced")
+                               for o, i in zip(outputs, inputs)])
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        rs = _rank()
+        if len(inputs) != 1 or len(output_lists) != 1:
+            raise UnsupportedOperation("all_gather with several tensors per rank (one per device) is not modelled")
+        t = _check(rs, inputs[0], "all_gather")
+        outs = [_check(rs, x, "all_gather") for x in output_lists[0]]
+        g = self._engine_group()
+        n = g.size()
+        if len(outs) != n:
+            raise ValueError(f"all_gather: tensor_list has {len(outs)} tensors, group {g.name} has {n} ranks")
+        for x in outs:
+            if x.dtype != t.dtype:
+                raise TypeError("Tensors must have identical type")
+        if outs[g.index[rs.rank]].numel() != t.numel():
+            raise ValueError(f"all_gather: this rank's output slot {list(outs[g.index[rs.rank]].shape)} does not "
+                             f"match its input {list(t.shape)}")
+        # outputs of different sizes are allowed (ProcessGroupNCCL then broadcasts each rank's input in turn): the
+        # signature is the list of output shapes, which every rank must agree on
+        return self._run("all_gather", _desc("all_gather", [t]), ("all_gather", tuple(_sig_t(x) for x in outs)), [t],
+                         outs, lambda vals: [[v[0] for v in vals]] * n, _async(opts),
+                         nbytes=sum(x.numel() * x.element_size() for x in outs))
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self._coalesce([self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_list)])
+
+    def _reduce_scatter_tensor(self, out, inp, op, async_op, what="reduce_scatter_tensor"):
+        rs = _rank()
+        o = _check(rs, out, what)
+        i = _check(rs, inp, what)
+        n = self._engine_group().size()
+        if o.dtype != i.dtype:
+            raise TypeError("input tensor must be the same type as the output tensor.")
+        if i.numel() != n * o.numel():
+            raise ValueError("input tensor must be the same size as output size times world size")
+        name = _redop_name(op, i)
+
+        def compute(vals):
+            flat = [v[0].reshape(n, -1) for v in vals]
+            return [[engine.reduce_values([f[j] for f in flat], name)] for j in range(n)]
+        return self._run("reduce_scatter", _desc(what, [o, i], name), ("reduce_scatter_tensor", _sig_t(i), name), [i],
+                         [o], compute, async_op, nbytes=i.numel() * i.element_size())
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self._reduce_scatter_tensor(output, input, getattr(opts, "reduceOp", None), _async(opts))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._reduce_scatter_tensor(output, input, getattr(opts, "reduceOp", None), _async(opts),
+                                           "reduce_scatter_single")
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = getattr(opts, "reduceOp", None)
+        return self._coalesce([self._reduce_scatter_tensor(o, i, op, _async(opts), "reduce_scatter_tensor_coalesced")
+                               for o, i in zip(outputs, inputs)])
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        rs = _rank()
+        if len(outputs) != 1 or len(input_lists) != 1:
+            raise UnsupportedOperation("reduce_scatter with several tensors per rank is not modelled")
+        o = _check(rs, outputs[0], "reduce_scatter")
+        ins = [_check(rs, x, "reduce_scatter") for x in input_lists[0]]
+        g = self._engine_group()
+        n = g.size()
+        if len(ins) != n:
+            raise ValueError(f"reduce_scatter: input_list has {len(ins)} tensors for {n} ranks")
+        name = _redop_name(getattr(opts, "reduceOp", None), o)
+        if ins[g.index[rs.rank]].numel() != o.numel():
+            raise ValueError(f"reduce_scatter: output {list(o.shape)} does not match this rank's input slot "
+                             f"{list(ins[g.index[rs.rank]].shape)}")
+        return self._run(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
+            "reduce_scatter", _desc("reduce_scatter", [o], name),
+            ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
+            lambda vals: [[engine.reduce_values([v[j] for v in vals], name)] for j in range(n)], _async(opts))
+
+    def _alltoall_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
+        rs = _rank()
+        o = _check(rs, output, "all_to_all_single")
+        i = _check(rs, input, "all_to_all_single")
+        if not (o.is_contiguous() and i.is_contiguous()):
+            raise UnsupportedOperation("all_to_all_single of tensors that are not row-major contiguous is not "
+                                       "modelled by simdist")
+        g = self._engine_group()
+        n = g.size()
+        if not input_split_sizes:
+            if i.shape[0] % n:
+                raise ValueError(f"Tensor's dim 0 does not divide equally across group size ({i.shape[0]} rows, "
+                                 f"{n} ranks)")
+            input_split_sizes = [i.shape[0] // n] * n
+        if not output_split_sizes:
+            output_split_sizes = [o.shape[0] // n] * n
+        splits = (list(input_split_sizes), list(output_split_sizes))
+
+        def compute(vals, metas):  # metas: every rank's (input splits, output splits)
+            chunks = [list(torch.split(vals[j][0], metas[j][0])) for j in range(n)]
+            out = []
+            for j in range(n):
+                for k in range(n):
+                    if chunks[k][j].shape[0] != metas[j][1][k]:
+                        raise SimulationError(f"all_to_all_single: rank {g.ranks[k]} sends {chunks[k][j].shape[0]} "
+                                              f"rows to rank {g.ranks[j]}, which expects {metas[j][1][k]}")
+                out.append([torch.cat([chunks[k][j] for k in range(n)])])
+            return out
+        return self._run("all_to_all", _desc("all_to_all_single", [o, i]), ("all_to_all_single", str(i.dtype)), [i],
+                         [o], compute, async_op, meta=splits)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._alltoall_single(output, input, output_split_sizes, input_split_sizes, _async(opts))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._alltoall_single(output, input, output_split_sizes, input_split_sizes, _async(opts))
+
+    def alltoall(self, outputs, inputs, opts=None):
+        rs = _rank()
+        outs = [_check(rs, x, "all_to_all") for x in outputs]
+        ins = [_check(rs, x, "all_to_all") for x in inputs]
+        n = self._engine_group().size()
+        return self._run("all_to_all", _desc("all_to_all", ins), ("all_to_all", len(ins)), ins, outs,
+                         lambda vals: [[vals[k][j] for k in range(n)] for j in range(n)], _async(opts))
+
+    def gather(self, output_lists, inputs, opts=None):
+        rs = _rank()
+        t = _check(rs, inputs[0], "gather")
+        g = self._engine_group()
+        root = int(getattr(opts, "rootRank", 0))
+        n = g.size()
+        is_root = g.index[rs.rank] == root
+        outs = [_check(rs, x, "gather") for x in (output_lists[0] if output_lists else [])] if is_root else []
+        if is_root and len(outs) != n:
+            raise ValueError(f"gather: the destination needs a gather_list of {n} tensors")
+        return self._run("gather", _desc("gather", [t], f"dst={g.ranks[root]}"), ("gather", _sig_t(t), root), [t],
+                         outs, lambda vals: [[v[0] for v in vals] if j == root else [] for j in range(n)],
+                         _async(opts))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        rs = _rank()
+        t = _check(rs, outputs[0], "scatter")
+        g = self._engine_group()
+        root = int(getattr(opts, "rootRank", 0))
+        n = g.size()
+        is_root = g.index[rs.rank] == root
+        ins = [_check(rs, x, "scatter") for x in (input_lists[0] if input_lists else [])] if is_root else []
+        if is_root and len(ins) != n:
+            raise ValueError(f"scatter: the source needs a scatter_list of {n} tensors")
+        return self._run("scatter", _desc("scatter", [t], f"src={g.ranks[root]}"), ("scatter", _sig_t(t), root), ins,
+                         [t], lambda vals: [[vals[root][j]] for j in range(n)], _async(opts))
+
+    def barrier(self, opts=None):
+        """ProcessGroupNCCL's barrier: an all_reduce of one element on the device of `device_ids` (else the
+        current one), whose Work blocks the host when waited."""
+        rs = _rank()
+        ids = list(getattr(opts, "device_ids", None) or [])
+        dev = rs.device(ids[0] if ids else rs.current_device)
+        cfg = self._config()
+        if cfg.get("cuda") != "nccl":  # a gloo-only group: a host rendezvous
+            g = self._engine_group()
+            engine.host_collective(rs, g, "barrier", "barrier()", ("barrier",), [], [],
+                                   lambda vals, metas: [[]] * len(vals), 0)
+            return SimWork(rs, what="barrier()")
+        from .dispatch import allocate
+        buf = allocate(dev, rs.current_stream(dev.index), (1,), (1,), torch.float32)
+        buf._inner.fill_(0)
+        return self._run("all_reduce", "barrier()", ("barrier",), [buf], [buf],
+                         lambda vals: [[engine.reduce_values([v[0] for v in vals], "SUM")]] * len(vals), True,
+                         host_blocking=True)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait()
+
+    # --- point to point ------------------------------------------------------------------------------
+    def _p2p(self, tensors, peer, is_send):
+        rs = _rank()
+        what = "send" if is_send else "recv"
+        ts = _as_list(tensors)
+        if len(ts) != 1:
+            raise UnsupportedOperation(f"{what} of several tensors at once is not modelled")
+        t = _check(rs, ts[0], what, p2p=True)
+        g = self._engine_group()
+        if not 0 <= peer < g.size():
+            raise ValueError(f"Invalid destination rank: should be within the range [0, {g.size() - 1}], but got "
+                             f"{peer}")
+        gpeer = g.ranks[peer]
+        if gpeer == rs.rank:
+            raise ValueError(f"Invalid destination rank: rank {rs.rank} cannot {what} to or from itself")
+        src, dst = (rs.rank, gpeer) if is_send else (gpeer, rs.rank)
+        pair = rs.collectives.p2p_pair(g, src, dst)
+        desc = f"{what}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={gpeer})"
+        si = pair.index[src]
+        batched = _batch(rs).take(t)
+        return self._run("p2p", desc, ("p2p", _sig_t(t)), [t] if is_send else [], [] if is_send else [t],
+                         lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], True,
+                         nbytes=t.numel() * t.element_size(), group=pair,
+                         # a batch is one NCCL group: its sends and receives with one peer run together
+                         stream_key=f"p2p:{min(src, dst)}-{max(src, dst)}" + ((":send" if is_send else ":recv")
+                                                                              if batched else ""))
+
+    def send(self, tensors, dstRank, tag=0):
+        return self._p2p(tensors, int(dstRank), True)
+
+    def recv(self, tensors, srcRank, tag=0):
+        return self._p2p(tensors, int(srcRank), False)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise UnsupportedOperation("recv from any source (src=None): NCCL has no receive from any source, and "
+                                   "simdist does not model it")
+
+    # --- coalescing ----------------------------------------------------------------------------------
+    def _start_coalescing(self, device):
+        if self._coalesced is not None:
+            raise RuntimeError("a coalescing block is already open on this process group")
+        self._coalesced = []
+
+    def _end_coalescing(self, device):
+        works, self._coalesced = self._coalesced or [], None
+        return SimWork(_rank(), what="coalesced collectives", parts=works)
+
+    def _coalesce(self, works):
+        if len(works) == 1:
+            return works[0]
+        if self._coalesced is not None:  # the parts are already in the open block
+            for w in works:
+                self._coalesced.remove(w)
+        w = SimWork(_rank(), what="coalesced collectives", parts=works)
+        if self._coalesced is not None:
+            self._coalesced.append(w)
+        return w
+
+
+def _as_list(tensors):
+    return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
+def _async(opts):
+    return bool(getattr(opts, "asyncOp", True)) if opts is not None else True
+
+
+def _ignore_metas(compute):
+    def with_metas(vals, metas):
+        return compute(vals)
+    return with_metas
+
+
+class _Batch:
+    """Tensors of the batch_isend_irecv call in progress (c10d checks the op list first, then issues each op)."""
+
+    def __init__(self):
+        self.tensors = []
+
+    def take(self, t):
+        for i, x in enumerate(self.tensors):
+            if x is t:
+                del self.tensors[i]
+                return True
+        return False
+
+
+_BATCHES = {}
+
+
+def _batch(rs):
+    b = _BATCHES.get(id(rs))
+    if b is None:
+        b = _BATCHES[id(rs)] = _Batch()
+    return b
+
+
+_orig_check_p2p_op_list = c10d._check_p2p_op_list
+
+
+def _check_p2p_op_list(p2p_op_list):
+    _orig_check_p2p_op_list(p2p_op_list)
+    rs = current_rank()
+    if rs is not None:
+        _batch(rs).tensors = [p.tensor for p in p2p_op_list]
+
+
+class SimNCCL(SimProcessGroup):
+    """What `ProcessGroupNCCL(store, rank, size, options)` makes inside a simulated rank."""
+
+
+class SimGloo(SimProcessGroup):
+    """What `ProcessGroupGloo(store, rank, size, timeout=...)` makes inside a simulated rank."""
+
+    def __init__(self, store, rank, size, timeout=None, *args, **kwargs):
+        super().__init__(store, rank, size, None, timeout)
+
+    @staticmethod
+    def create_device(hostname=None, interface=None, lazy_init=None):
+        return None
+
+
+# --- the per-rank c10d registry ------------------------------------------------------------------------
+class _RankWorld:
+    """c10d's `_World` state for one simulated rank (its default group, group maps, counters)."""
+
+    def __init__(self):
+        self.default_pg = None
+        self.pg_map = {}
+        self.pg_names = {}
+        self.pg_group_ranks = {}
+        self.pg_backend_config = {}
+        self.group_count = 0
+        self.tags_to_pg = {}
+        self.pg_to_tag = {}
+        self.pg_coalesce_state = {}
+        self.comms = []
+
+    @property
+    def pg_config_info(self):
+        return c10d._World.pg_config_info.fget(self)
+
+
+_ORIG_WORLD = c10d._world
+_WORLDS = {}
+_world_lock = threading.Lock()
+
+
+def _rank_world():
+    rs = current_rank()
+    if rs is None:
+        return _ORIG_WORLD
+    w = _WORLDS.get(id(rs))
+    if w is None:
+        w = _WORLDS[id(rs)] = _RankWorld()
+    return w
+
+
+class _WorldProxy:
+    """c10d._world while simdist runs: the calling rank's _RankWorld (outside a rank: c10d's own)."""
+
+    def __getattr__(self, name):
+        return getattr(_rank_world(), name)
+
+    def __setattr__(self, name, value):
+        setattr(_rank_world(), name, value)
+
+
+def forget_rank(rs):
+    """Drop a finished rank's c10d state (its groups hold engine objects)."""
+    for table in (_WORLDS, _IN_FLIGHT, _BATCHES):
+        table.pop(id(rs), None)
+
+
+def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
+    """c10d's rendezvous inside a simulated rank: a store of the rank's own. Ranks never meet through it
+    (collectives meet in simdist's engine), so nothing waits on it."""
+    rs = _rank()
+    n = rs.world.world_size
+    if world_size not in (-1, None) and world_size != n:
+        raise ValueError(f"init_process_group(world_size={world_size}) but the simulated world has {n} ranks")
+    if rank not in (-1, None) and rank != rs.rank:
+        raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {rs.rank}")
+    yield (_C.HashStore(), rs.rank, n)
+
+
+def _store_based_barrier(*args, **kwargs):
+    """c10d's host barrier over the store after a group is made: simulated groups need none."""
+
+
+def _is_nccl_available():
+    return True
+
+
+def _get_default_timeout(backend):
+    """NCCL's default timeout (a CPU build of torch has no NCCL constant and warns)."""
+    return c10d.default_pg_timeout
+
+
+def c10d_patches():
+    """(owner, attribute, replacement) for the c10d objects simdist swaps during a run."""
+    import torch.distributed.rendezvous as rdzv
+    out = [
+        (c10d, "ProcessGroupNCCL", SimNCCL),
+        (c10d, "ProcessGroupGloo", SimGloo),
+        (c10d, "is_nccl_available", _is_nccl_available),
+        (dist, "is_nccl_available", _is_nccl_available),
+        (c10d, "rendezvous", _rendezvous),
+        (c10d, "_store_based_barrier", _store_based_barrier),
+        (c10d, "_check_p2p_op_list", _check_p2p_op_list),
+        (c10d, "_world", _WorldProxy()),
+        (c10d, "_get_default_timeout", _get_default_timeout),
+    ]
+    if hasattr(dist, "ProcessGroupNCCL"):
+        out.append((dist, "ProcessGroupNCCL", SimNCCL))
+    out.append((dist, "ProcessGroupGloo", SimGloo))
+    for name in ("_create_c10d_store",):
+        if hasattr(rdzv, name):
+            out.append((rdzv, name, _refused_store))
+    return out
+
+
+def _refused_store(*args, **kwargs):
+    raise UnsupportedOperation("a real c10d TCP store was requested inside a simulated rank (it would wait for "
+                               "peers that never come): simdist gives init_process_group a store of its own")
