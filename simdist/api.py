@@ -15,6 +15,7 @@ from .engine.errors import DeterminismError, HazardError, SimulationError
 from .engine.outcome import merge_hazards, rank_outcome
 from .engine.policies import Choice, Jitter, make_policy
 from .engine.world import World
+from .faces.c10d import auto_init
 from .faces.patches import Installed, TorchRankHooks
 from .faces.tensor import SimTensor
 from .faces.world import make_world
@@ -150,7 +151,7 @@ def _replay_command(fn, world_size, seed, pol, nccl, kwargs=None, args=()):
 
 
 def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=None, poison="nan",
-        check_determinism=False, device_count=None, avoid_record_streams=None, set_device=True) -> RunResult:
+        check_determinism=False, device_count=None, avoid_record_streams=None, torchrun=False) -> RunResult:
     """Run `fn(*args, **kwargs)` once per rank in a simulated world of `world_size` GPUs.
 
     Inside `fn`, torch.cuda and torch.distributed (NCCL semantics) behave as
@@ -160,21 +161,24 @@ def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=Non
     policy: None (seeded jitter), "none", "pct", a list of delays (choice),
     or a simdist.policies.Policy. nccl: "2.7" or "2.8" (default: installed torch).
     poison: fill of fresh device memory, "nan" (0xFF bytes), "zero" or a byte.
+    torchrun: False (a function): each rank starts on device `rank` and torch.distributed's default group is
+    made at its first use if fn does not call init_process_group; True (what a torchrun process has): device 0
+    until set_device, and no process group until init_process_group (run_script and spawn).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if check_determinism:
         a = _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
-                      avoid_record_streams, set_device)
+                      avoid_record_streams, torchrun)
         b = _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
-                      avoid_record_streams, set_device)
+                      avoid_record_streams, torchrun)
         if a.digest != b.digest:
             raise DeterminismError(f"two runs of seed {seed} differ: {a.digest} != {b.digest}. The program "
                                    "depends on something outside the simulation (wall clock, id(), global "
                                    "state kept across runs, unseeded randomness).")
         return a
     return _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
-                     avoid_record_streams, set_device)
+                     avoid_record_streams, torchrun)
 
 
 class ScriptExit(Exception):
@@ -223,6 +227,7 @@ def spawn(fn, args=(), nprocs=1, **options) -> RunResult:
     per_rank.__name__ = per_rank.__qualname__ = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
     per_rank.__module__ = getattr(fn, "__module__", None)
     per_rank._simdist_spawn = fn  # the replay command names the worker, with --spawn
+    options.setdefault("torchrun", True)
     return run(per_rank, world_size=nprocs, args=tuple(args), **options)
 
 
@@ -237,6 +242,7 @@ def run_script(path, *, world_size=1, argv=(), **options) -> RunResult:
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    options.setdefault("torchrun", True)
     try:
         return run(main, world_size=world_size, **options)
     finally:
@@ -265,7 +271,7 @@ class _DigestSource:
 
 
 def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count, avoid_record_streams,
-              set_device):
+              torchrun):
     import os
     kwargs = kwargs or {}
     nccl = str(nccl) if nccl is not None else default_nccl_profile()
@@ -283,10 +289,12 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                   "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                   "MASTER_PORT": "29500", "ROLE_RANK": str(rs.rank), "ROLE_WORLD_SIZE": str(world_size),
                   "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "simdist"}  # what torchrun sets
-        if set_device:
+        if not torchrun:
             rs.current_device = rs.rank % world.device_count
 
     def body(rank):
+        if not torchrun:
+            auto_init(world.ranks[rank])
         return fn(*args, **kwargs)
 
     with Installed():  # the returns are copied out before torch's thread settings are restored

@@ -69,6 +69,8 @@ def test_spawn_replay_reproduces_the_digest(tmp_path):
     (tmp_path / "spw.py").write_text(
         "import torch, torch.distributed as dist\n"
         "def worker(rank, scale):\n"
+        "    dist.init_process_group('nccl', rank=rank, world_size=2)\n"
+        "    torch.cuda.set_device(rank)\n"
         "    x = torch.full((4,), float(rank + 1) * scale, device='cuda')\n"
         "    side = torch.cuda.Stream()\n"
         "    with torch.cuda.stream(side):\n"

@@ -47,13 +47,29 @@ def test_in_place_view_ops_change_metadata_at_once():
         assert torch.equal(g, w)
 
 
-def test_resize_beyond_the_allocation_is_refused_by_name():
+def test_resize_past_the_allocation_reallocates_and_keeps_the_bytes():
+    # ATen's resize_ grows the storage (new memory, the old bytes copied) and every view of it follows;
+    # untyped_storage().resize_(0) frees it (using the tensor then fails, as in torch), resize_(n) brings it back
     def fn():
         w = torch.arange(8., device="cuda")
+        v = w[2:4]
         w.resize_(100)
+        w[8:].fill_(1.0)
+        grown = (w[:10].tolist(), v.tolist())
+        st = w.untyped_storage()
+        st.resize_(0)
+        try:
+            (w * 2).sum().item()
+            used = True
+        except RuntimeError as e:
+            used = "storage" in str(e) and False
+        st.resize_(400)
+        w.fill_(3.0)
+        return grown, used, v.tolist(), st.size(), torch.cuda.memory_allocated() >= 400
 
-    with pytest.raises(simdist.UnsupportedOperation, match="resize_"):
-        simdist.run(fn)
+    (grown, used, v_after, size, mem), = simdist.run(fn).returns
+    assert grown == ([0., 1., 2., 3., 4., 5., 6., 7., 1., 1.], [2., 3.])
+    assert not used and v_after == [3., 3.] and size == 400 and mem
 
 
 @pytest.mark.parametrize("op", ["add", "mul", "sub", "div", "pow", "maximum"])

@@ -109,7 +109,7 @@ class Allocation:
     time of the rank that dropped it, as the caching allocator does.
     """
 
-    __slots__ = ("allocator", "block", "nbytes", "stream", "uses", "records", "id", "__weakref__")
+    __slots__ = ("allocator", "block", "nbytes", "stream", "uses", "records", "id", "views", "__weakref__")
 
     def __init__(self, allocator, block, nbytes, stream, aid):
         self.allocator = allocator
@@ -119,6 +119,7 @@ class Allocation:
         self.uses = None  # streams from record_stream
         self.records = []  # the detector's access records of these bytes (simdist/engine/detector.py)
         self.id = aid
+        self.views = []  # weak references to the tensors viewing these bytes (the face's; storage resize)
 
     def __del__(self):
         try:
@@ -213,6 +214,22 @@ class DeviceMemory:
         alloc = Allocation(self, block, nbytes, stream, self.next_alloc_id)
         self.owner.detector.on_malloc(alloc)
         return alloc
+
+    def reallocate(self, alloc, nbytes, stream):
+        """Storage resize: `alloc` gets a new block of `nbytes` on `stream` (none for 0). Returns an allocation
+        carrying the old block (its records and recorded streams): copy from it, then drop it, and the old block
+        is freed as any allocation is."""
+        old = Allocation(self, alloc.block, alloc.nbytes, alloc.stream, alloc.id)
+        old.uses, old.records = alloc.uses, alloc.records
+        alloc.uses, alloc.records = None, []
+        if nbytes:
+            new = self.malloc(nbytes, stream)
+            alloc.block, alloc.nbytes, alloc.stream, alloc.id, alloc.records = (new.block, nbytes, stream, new.id,
+                                                                                new.records)
+            new.block = None  # its block is alloc's now
+        else:
+            alloc.block, alloc.nbytes = None, 0
+        return old
 
     def free(self, alloc):
         if self.closed or alloc.block is None:

@@ -37,11 +37,11 @@ class World:
     def deadlock(self, descriptions, pending_lines):
         """The Deadlock of a run whose ranks all wait for each other."""
         lines = ["every live rank is waiting and none can proceed:", *descriptions]
-        extra = pending_summary(pending_lines)
+        extra = pending_summary(list(dict.fromkeys(pending_lines)))  # every participant reports its instances
         if extra:
             lines.append(extra)
         return Deadlock("\n".join(lines))
 
     @staticmethod
     def check_finished(pending_lines):
-        check_finished(pending_lines)
+        check_finished(list(dict.fromkeys(pending_lines)))

@@ -21,8 +21,6 @@ Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.distributed as dist
 
@@ -237,14 +235,25 @@ class _InFlight:
         self.entries = keep
 
 
-_IN_FLIGHT = {}  # rank -> _InFlight (one per simulated process)
+class RankC10d:
+    """One simulated rank's torch.distributed state: c10d's registry (`_world`), the tensors its async
+    collectives hold, the batch_isend_irecv in progress, whether its default group is made at first use."""
+
+    def __init__(self):
+        self.world = _RankWorld()
+        self.in_flight = _InFlight()
+        self.batch = _Batch()
+        self.auto_init = False
+        self.works = {}  # id(allocation) -> [Work]: functional collectives' outputs not waited yet
+
+
+def state(rs):
+    """The rank's RankC10d (made by the torch face when the rank starts: simdist/faces/patches.py)."""
+    return rs.face.c10d
 
 
 def _in_flight(rs):
-    f = _IN_FLIGHT.get(id(rs))
-    if f is None:
-        f = _IN_FLIGHT[id(rs)] = _InFlight()
-    return f
+    return state(rs).in_flight
 
 
 # --- the process group ---------------------------------------------------------------------------
@@ -386,6 +395,9 @@ class SimProcessGroup(dist.ProcessGroup):
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
                                        "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
         world = rs.world
+        default = c10d._world.default_pg
+        if default is not None and getattr(default, "bound_device_id", None) is not None:
+            rs.collectives.eager_init = True  # init_process_group(device_id=...): communicators made eagerly
         in_flight = _in_flight(rs)
         in_flight.prune(rs)
         reads = [_region(t) for t in reads]
@@ -421,8 +433,9 @@ class SimProcessGroup(dist.ProcessGroup):
     def _allreduce(self, ts, op, async_op):
         name = _redop_name(op, ts[0])
         desc = _desc("all_reduce", ts, name)
+        nt = len(ts)  # (compute closures hold no tensor: they live until the collective has run)
         return self._run("all_reduce", desc, ("all_reduce", tuple(_sig_t(t) for t in ts), name), ts, ts,
-                         lambda vals: [[engine.reduce_values([v[k] for v in vals], name) for k in range(len(ts))]]
+                         lambda vals: [[engine.reduce_values([v[k] for v in vals], name) for k in range(nt)]]
                          * len(vals), async_op)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -438,10 +451,11 @@ class SimProcessGroup(dist.ProcessGroup):
         if not 0 <= root < g.size():
             raise ValueError(f"broadcast: root rank {root} is not in the group of size {g.size()}")
         is_root = g.index[rs.rank] == root
+        nt = len(ts)
         return self._run(
             "broadcast", _desc("broadcast", ts, f"src={g.ranks[root]}"),
             ("broadcast", tuple(_sig_t(t) for t in ts), root), ts, ts,
-            lambda vals: [vals[root] if j != root else [None] * len(ts) for j in range(len(vals))], _async(opts),
+            lambda vals: [vals[root] if j != root else [None] * nt for j in range(len(vals))], _async(opts),
             reads=ts if is_root else [], writes=[] if is_root else ts,
             nbytes=sum(t.numel() * t.element_size() for t in ts))
 
@@ -644,9 +658,8 @@ class SimProcessGroup(dist.ProcessGroup):
             engine.host_collective(rs, g, "barrier", "barrier()", ("barrier",), [], [],
                                    lambda vals, metas: [[]] * len(vals), 0)
             return SimWork(rs, what="barrier()")
-        from .dispatch import allocate
-        buf = allocate(dev, rs.current_stream(dev.index), (1,), (1,), torch.float32)
-        buf._inner.fill_(0)
+        with torch.cuda.device(dev.index):
+            buf = torch.zeros(1, device="cuda")  # a kernel on the current stream, as ProcessGroupNCCL's barrier
         return self._run("all_reduce", "barrier()", ("barrier",), [buf], [buf],
                          lambda vals: [[engine.reduce_values([v[0] for v in vals], "SUM")]] * len(vals), True,
                          host_blocking=True)
@@ -741,14 +754,8 @@ class _Batch:
         return False
 
 
-_BATCHES = {}
-
-
 def _batch(rs):
-    b = _BATCHES.get(id(rs))
-    if b is None:
-        b = _BATCHES[id(rs)] = _Batch()
-    return b
+    return state(rs).batch
 
 
 _orig_check_p2p_op_list = c10d._check_p2p_op_list
@@ -798,18 +805,13 @@ class _RankWorld:
 
 
 _ORIG_WORLD = c10d._world
-_WORLDS = {}
-_world_lock = threading.Lock()
 
 
 def _rank_world():
     rs = current_rank()
-    if rs is None:
+    if rs is None or rs.face is None:
         return _ORIG_WORLD
-    w = _WORLDS.get(id(rs))
-    if w is None:
-        w = _WORLDS[id(rs)] = _RankWorld()
-    return w
+    return rs.face.c10d.world
 
 
 class _WorldProxy:
@@ -822,10 +824,21 @@ class _WorldProxy:
         setattr(_rank_world(), name, value)
 
 
-def forget_rank(rs):
-    """Drop a finished rank's c10d state (its groups hold engine objects)."""
-    for table in (_WORLDS, _IN_FLIGHT, _BATCHES):
-        table.pop(id(rs), None)
+def auto_init(rs):
+    """Let a function run by simdist.run use torch.distributed without init_process_group (the README's promise
+    for functions; torchrun-style scripts get torch's own error instead)."""
+    state(rs).auto_init = True
+
+
+_orig_get_default_group = c10d._get_default_group
+
+
+def _get_default_group():
+    rs = current_rank()
+    if rs is not None and rs.face is not None and rs.face.c10d.auto_init and not c10d.is_initialized():
+        rs.face.c10d.auto_init = False
+        c10d.init_process_group("nccl")
+    return _orig_get_default_group()
 
 
 def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
@@ -838,6 +851,18 @@ def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
     if rank not in (-1, None) and rank != rs.rank:
         raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {rs.rank}")
     yield (_C.HashStore(), rs.rank, n)
+
+
+_orig_new_process_group_helper = c10d._new_process_group_helper
+
+
+def _new_process_group_helper(*args, **kwargs):
+    """c10d binds device_id to the ProcessGroup it made before a Python backend replaced it: bind it to ours."""
+    pg, store = _orig_new_process_group_helper(*args, **kwargs)
+    device_id = kwargs.get("device_id")
+    if isinstance(pg, SimProcessGroup) and device_id is not None and pg.bound_device_id is None:
+        pg.bound_device_id = device_id
+    return pg, store
 
 
 def _store_based_barrier(*args, **kwargs):
@@ -853,6 +878,12 @@ def _get_default_timeout(backend):
     return c10d.default_pg_timeout
 
 
+def _get_accelerator():
+    """torch._C._get_accelerator() inside a rank: the machine's accelerator is CUDA (init_process_group() with no
+    backend then makes NCCL, as on a GPU machine; FSDP2 and DeviceMesh pick "cuda")."""
+    return torch.device("cuda")
+
+
 def c10d_patches():
     """(owner, attribute, replacement) for the c10d objects simdist swaps during a run."""
     import torch.distributed.rendezvous as rdzv
@@ -863,9 +894,12 @@ def c10d_patches():
         (dist, "is_nccl_available", _is_nccl_available),
         (c10d, "rendezvous", _rendezvous),
         (c10d, "_store_based_barrier", _store_based_barrier),
+        (c10d, "_new_process_group_helper", _new_process_group_helper),
         (c10d, "_check_p2p_op_list", _check_p2p_op_list),
         (c10d, "_world", _WorldProxy()),
         (c10d, "_get_default_timeout", _get_default_timeout),
+        (c10d, "_get_default_group", _get_default_group),
+        (torch._C, "_get_accelerator", _get_accelerator),
     ]
     if hasattr(dist, "ProcessGroupNCCL"):
         out.append((dist, "ProcessGroupNCCL", SimNCCL))

@@ -19,7 +19,8 @@ from ..engine.launch import launch
 from . import rng
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import rule_for
-from .tensor import HostProxy, SimTensor, set_router
+from .storage import check_usable
+from .tensor import HostProxy, SimTensor, set_router, view_bytes
 
 aten = torch.ops.aten
 _SPEC_CACHE: dict = {}
@@ -181,16 +182,6 @@ def _extent_bytes(shape, stride, dtype):
     return ext * dtype.itemsize
 
 
-def view_bytes(alloc, size, stride, dtype, storage_offset_elems=0):
-    """A CPU tensor viewing an allocation's bytes as `dtype` (one typed view of each segment, then as_strided)."""
-    block = alloc.block
-    seg = block.segment
-    typed = seg.typed.get(dtype)
-    if typed is None:
-        typed = seg.typed[dtype] = seg.data.view(dtype)
-    return typed.as_strided(size, stride, block.offset // dtype.itemsize + storage_offset_elems)
-
-
 def allocate(dev, stream, shape, stride, dtype):
     mem = dev.memory
     nbytes = _extent_bytes(shape, stride, dtype)
@@ -208,6 +199,13 @@ def allocate(dev, stream, shape, stride, dtype):
 def allocate_like_contiguous(dev, stream, shape, dtype):
     stride = torch._prims_common.make_contiguous_strides_for(shape) if len(shape) else ()
     return allocate(dev, stream, tuple(shape), tuple(stride), dtype)
+
+
+def _usable(sims):
+    """Data is read or written: no argument may sit on a storage resized away (simdist/faces/storage.py)."""
+    for s in sims:
+        if s._alloc.block is None:
+            check_usable(s)
 
 
 def _among(t, seq):
@@ -242,6 +240,7 @@ class RankMode(TorchDispatchMode):
         super().__init__()
         self.rs = rs
         self.cpu_rng_state = None  # the rank's CPU generator state while another rank thread runs
+        self.c10d = None  # its torch.distributed state (simdist/faces/c10d.py RankC10d)
 
     @classmethod
     def _should_skip_dynamo(cls):
@@ -309,6 +308,8 @@ def dispatch(rs, func, args, kwargs):
         info = op_info(func)
     if info.rule is not None:
         return info.rule(rs, func, args, kwargs)
+    if info.python_kernel is not None:  # an op written in Python: its own ops are simulated one by one
+        return func.redispatch(info.python_kernel, *args, **kwargs)
     kind = info.kind
     if kind is VIEW:
         return _view(rs, func, info, args, kwargs)
@@ -355,6 +356,7 @@ def _run_random(seed, call):
 
 def _inplace(rs, func, info, args, kwargs):
     u = _unwrap(rs, args, kwargs, False)
+    _usable(u.sims)
     dev = u.dev
     if dev is None:
         return func(*args, **kwargs)
@@ -407,6 +409,7 @@ def _sim_of(a):
 
 def _functional(rs, func, info, args, kwargs):
     u = _unwrap(rs, args, kwargs, True)
+    _usable(u.sims)
     dev = u.dev
     if dev is None:
         return func(*args, **kwargs)
@@ -475,6 +478,8 @@ def _fast_functional(rs, info, args):
     for a in args:
         t = type(a)
         if t is SimTensor:
+            if a._alloc.block is None:
+                return _MISS
             d = a._dev
             if d is not dev:
                 if dev is not None:
@@ -541,6 +546,7 @@ def _host_read(rs, func, info, args, kwargs):
     if dev is None:
         return func(*args, **kwargs)
     holder = []
+    _usable(u.sims)
     fa, fk = u.args, u.kwargs
     stream = rs.current_stream(dev.index)
     op = launch(rs, stream, info.name, "d2h", lambda: holder.append(func(*fa, **fk)), u.sims, [],

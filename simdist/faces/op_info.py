@@ -17,10 +17,11 @@ class OpInfo:
     """How the dispatch mode treats one op overload (simdist/faces/dispatch.py)."""
 
     __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "rule", "random", "func", "out_op", "reads_data")
+                 "rule", "random", "func", "out_op", "reads_data", "python_kernel")
 
     def __init__(self):
         self.rule = None
+        self.python_kernel = None
         self.out_variant = None
         self.out_op = None
         self.func = None
@@ -81,7 +82,32 @@ def _classify(func):
     info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
                                                              "new_empty_strided"))  # metadata only
     info.rule = rule_for(func)
+    if info.rule is None:
+        info.python_kernel = _python_kernel_keyset(func)
     return info
+
+
+# The dispatch keys whose kernel, when written in Python, is what the op does on a CUDA tensor
+_PYTHON_KERNEL_KEYS = ("CUDA", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+
+
+def _python_kernel_keyset(func):
+    """For an op registered from Python (torch.library: FSDP's fsdp::* ops, custom_op), the key set of its kernel
+    for CUDA tensors: running that kernel on simulated tensors simulates every op it issues. None for ops with
+    C++ kernels (aten's), which simdist models itself."""
+    ns = func.namespace
+    if ns in ("aten", "prims", "c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor"):
+        return None
+    try:
+        dump = torch._C._dispatch_dump(func._schema.name + (f".{func._overloadname}" if func._overloadname not in (
+            "", "default") else ""))
+    except Exception:  # noqa: BLE001
+        return None
+    for key in _PYTHON_KERNEL_KEYS:
+        for line in dump.splitlines():
+            if line.startswith((key + ":", key + "[alias]:")) and ".py:" in line:
+                return torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    return None
 
 
 def _packet_is_random(func):

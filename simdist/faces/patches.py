@@ -18,8 +18,7 @@ from . import guard
 from . import rules  # noqa: F401  (registers the op rules)
 from .cuda import cuda_patches
 from .dispatch import RankMode
-from .c10d import c10d_patches, forget_rank
-from .rules.functional_collectives import forget_rank as forget_functional_works
+from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
 
@@ -397,11 +396,10 @@ class TorchRankHooks:
         if guard.available():
             torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
         rs.face = RankMode(rs)
+        rs.face.c10d = RankC10d()
         rs.face.__enter__()
 
     def leave(self, rs):
-        forget_rank(rs)
-        forget_functional_works(rs)
         if rs.face is not None:
             rs.face.__exit__(None, None, None)
             rs.face = None

@@ -11,18 +11,29 @@ build cannot do; those are overridden here and routed through the dispatcher.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from . import guard
 
+_ref = weakref.ref
 _router = None  # dispatch_outside of simdist/faces/dispatch.py: where ops on simulated tensors go
 
 
 def set_router(fn):
     global _router
     _router = fn
+
+
+_storage_of = None  # SimStorage of simdist/faces/storage.py: Tensor.untyped_storage() of a simulated tensor
+
+
+def set_storage_class(cls):
+    global _storage_of
+    _storage_of = cls
 
 _aten = torch.ops.aten
 
@@ -42,6 +53,10 @@ class SimTensor(torch.Tensor):
         r._alloc = alloc
         r._spec = (shape, stride, inner.dtype)  # the output-shape cache key of this argument
         r._span = None  # (lo, hi, dense) bytes of the segment, when known without asking the view
+        views = alloc.views
+        views.append(_ref(r))  # a storage resize moves every view of the bytes (rebind_views)
+        if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # at powers of two: forget the dead
+            views[:] = [v for v in views if v() is not None]
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -160,8 +175,7 @@ class SimTensor(torch.Tensor):
                 + self._inner.storage_offset() * self._inner.element_size())
 
     def untyped_storage(self):
-        raise SimulationError("untyped_storage() of a simulated CUDA tensor is not modelled; "
-                              "use data_ptr() / views instead")
+        return _storage_of(self)
 
     def record_stream(self, stream):
         # Tensor.record_stream's binding converts its argument to a c10::Stream, which a simulated stream is not
@@ -192,6 +206,16 @@ class SimTensor(torch.Tensor):
         if self.grad is not None:
             out.grad = self.grad.__deepcopy__(memo)
         return out
+
+
+def view_bytes(alloc, size, stride, dtype, storage_offset_elems=0):
+    """A CPU tensor viewing an allocation's bytes as `dtype` (one typed view of each segment, then as_strided)."""
+    block = alloc.block
+    seg = block.segment
+    typed = seg.typed.get(dtype)
+    if typed is None:
+        typed = seg.typed[dtype] = seg.data.view(dtype)
+    return typed.as_strided(size, stride, block.offset // dtype.itemsize + storage_offset_elems)
 
 
 class HostProxy(torch.Tensor):

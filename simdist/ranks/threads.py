@@ -1,9 +1,11 @@
 """The thread transport: every simulated rank is a host thread of this process, and only one runs at a time.
 
-Turns follow simdist/engine/turns.py: a rank's thread runs its program until it must wait for another rank; the
-thread holding the baton then plays the other ranks' turns (their messages, their device work) itself, and wakes
-a rank's thread only when that rank's wait is over. Module globals are shared by the rank threads: code that
-keeps per-process state in modules needs one process per rank (simdist/ranks/processes.py).
+Turns follow simdist/engine/turns.py: the rank holding the baton reads its messages, runs its device work and,
+if its wait is over, its program until it waits again; then it hands the baton to the next rank's thread. Each
+rank's turns run on its own thread (its device work too: thread-local torch state such as grad mode must be the
+rank's own), and a finished rank's thread keeps taking turns until the run is over, since its device work and
+its side of collectives may still be pending. Module globals are shared by the rank threads: code that keeps
+per-process state in modules needs one process per rank (simdist/ranks/processes.py).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ class ThreadTransport:
         self.mail = [[] for _ in range(n)]
         self.baton = Baton(n)
         self.finished = threading.Event()
-        self.aborting = False
+        self.over = False  # the run ended (finished, deadlock or a failure): parked threads leave
         self.fn = None
         world.transport = self
 
@@ -50,56 +52,52 @@ class ThreadTransport:
         try:
             self._wake(0)
             self.finished.wait()
-            if self.world.fatal is not None:
-                self._abort_all()
         finally:
+            self._end_run()
             for slot in self.slots:
                 if slot.thread is not None:
                     slot.thread.join(timeout=60)
 
     def wait(self, me):
-        """The running rank waits: play the other ranks' turns until its own wait is over."""
+        """The running rank waits: take turns (this rank's and, through the baton, the others') until its own
+        wait is over."""
         self.hooks.suspend(me)
-        nxt = self._pass(me.rank, True)
-        if nxt != me.rank:
-            if nxt is not None:
-                self._wake(nxt)
-            self.slots[me.rank].sem.acquire()
-        if self.aborting:
-            raise _Abort()
+        progressed = True  # it ran its program since its last turn
+        while True:
+            if not self._hand_over(me, progressed):
+                raise _Abort()
+            progressed = self._turn(me)
+            if can_resume(me):
+                break
         self.hooks.resume(me)
         me.state = RUNNING
 
     # --- turns ----------------------------------------------------------------
-    def _take_mail(self, k):
-        m, self.mail[k] = self.mail[k], []
-        return m
+    def _turn(self, rs):
+        m, self.mail[rs.rank] = self.mail[rs.rank], []
+        return begin_turn(rs, self.baton, m)
 
-    def _pass(self, current, progressed):
-        """Play turns from `current`'s end until one rank must run in its own thread (a new rank, or a waiting
-        rank whose wait is over); returns it, or None when the run is over (then `finished` is set)."""
+    def _hand_over(self, rs, progressed):
+        """End rs's turn and pass the baton; returns when rs has it again (True) or the run is over (False)."""
+        if self.over:
+            return False
         world, baton = self.world, self.baton
         try:
-            while True:
-                nxt = end_turn(self.ranks[current], baton, progressed)
-                if nxt is None:
-                    if baton.outcome == "deadlock" and world.fatal is None:
-                        world.fatal = world.deadlock([r.describe_wait() for r in self.ranks],
-                                                     [l for r in self.ranks for l in r.collectives.pending_lines()])
-                    self.finished.set()
-                    return None
-                rs = self.ranks[nxt]
-                if rs.state == NEW:
-                    return nxt
-                progressed = begin_turn(rs, baton, self._take_mail(nxt))
-                if can_resume(rs):
-                    return nxt
-                current = nxt
-        except BaseException as e:  # an op failed while device work ran, or a mismatch: end the run with it
+            nxt = end_turn(rs, baton, progressed)
+        except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if world.fatal is None:
                 world.fatal = e
-            self.finished.set()
-            return None
+            nxt = None
+        if nxt is None:
+            if baton.outcome == "deadlock" and world.fatal is None:
+                world.fatal = world.deadlock([r.describe_wait() for r in self.ranks],
+                                             [line for r in self.ranks for line in r.collectives.pending_lines()])
+            self._end_run()
+            return False
+        if nxt != rs.rank:
+            self._wake(nxt)
+            self.slots[rs.rank].sem.acquire()
+        return not self.over
 
     def _wake(self, k):
         rs = self.ranks[k]
@@ -115,37 +113,34 @@ class ThreadTransport:
         self.slots[rs.rank].sem.acquire()
         set_current_rank(rs)
         try:
-            if self.aborting:
+            if self.over:
                 raise _Abort()
-            begin_turn(rs, self.baton, self._take_mail(rs.rank))
+            self._turn(rs)
             self.hooks.enter(rs)
             try:
                 rs.returned = self.fn(rs.rank)
             finally:
                 self.hooks.leave(rs)
+            rs.state = DONE
+            progressed = True
+            while self._hand_over(rs, progressed):  # a finished rank keeps serving its device work
+                progressed = self._turn(rs)
         except _Abort:
             pass
         except BaseException as e:  # noqa: BLE001 - re-raised by the runner naming the rank
             rs.error = e
             if world.fatal is None:
                 world.fatal = e
+            self._end_run()
         finally:
-            set_current_rank(None)
             rs.state = DONE
-            if self.aborting or world.fatal is not None:
-                self.finished.set()
-            else:
-                nxt = self._pass(rs.rank, True)
-                if nxt is not None:
-                    self._wake(nxt)
+            set_current_rank(None)
 
-    def _abort_all(self):
-        self.aborting = True
+    def _end_run(self):
+        if self.over:
+            return
+        self.over = True
+        self.finished.set()
         for rs, slot in zip(self.ranks, self.slots):
-            if rs.state in (BLOCKED, RUNNING) and slot.thread is not None:
-                self.finished.clear()
+            if rs.state in (BLOCKED, RUNNING, DONE) and slot.thread is not None:
                 slot.sem.release()
-                slot.thread.join(timeout=30)
-        for slot in self.slots:
-            if slot.thread is not None:
-                slot.thread.join(timeout=30)

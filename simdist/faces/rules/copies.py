@@ -4,8 +4,11 @@ Rules (CUDA Runtime API, "API synchronization behavior"; PyTorch "CUDA semantics
 ATen Copy.cu `copy_device_to_device`):
 - a device-to-host copy blocks the host until it completes on the current stream, unless it is
   non_blocking into pinned memory (then the host must synchronize before reading the buffer);
-- a host-to-device copy from pageable memory is staged at the call (the host buffer may change at once after);
-  from pinned memory with non_blocking=True the DMA reads the host buffer when it runs;
+- a host-to-device copy with non_blocking=False blocks the host until it completes on the current stream
+  (ATen Copy.cu: cudaMemcpyAsync then cudaStreamSynchronize, `memcpy_and_sync`), so the host is ordered after
+  everything queued there before it; with non_blocking=True from pageable memory it is staged at the call (the
+  host buffer may change at once after, no sync); from pinned memory with non_blocking=True the DMA reads the
+  host buffer when it runs;
 - a copy between two devices runs on the source's current stream after it waits for the destination's, and the
   destination's current stream then waits for the copy.
 """
@@ -70,7 +73,9 @@ def _to_copy(rs, func, args, kwargs):
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
     oi = out._inner
-    launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
+    op = launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
+    if not kwargs.get("non_blocking"):
+        rs.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
     return out
 
 
@@ -130,8 +135,10 @@ def _copy_(rs, func, args, kwargs):
             _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
             return dst
         snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
-        launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
-               _nbytes((d,)))
+        op = launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
+                    _nbytes((d,)))
+        if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
+            rs.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
         return dst
     # device -> host
     s = _sim_of(src)

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives  # noqa: F401  (defines the _c10d_functional ops' Python side)
 
 from ...engine.errors import UnsupportedOperation
-from ..c10d import SimProcessGroup
+from ..c10d import SimProcessGroup, state
 from ..dispatch import _sim_of, allocate_like_contiguous
-from ..op_rules import register
+from ..op_rules import register, register_namespace
 
 fc = torch.ops._c10d_functional
 fca = torch.ops._c10d_functional_autograd
 aten = torch.ops.aten
-
-_WORKS = {}  # id(rank) -> {id(allocation): [works]}
-
 
 def _pg(group_name):
     name = group_name if isinstance(group_name, str) else getattr(group_name, "group_name", group_name)
@@ -33,11 +31,7 @@ def _pg(group_name):
 
 
 def _register_work(rs, t, work):
-    _WORKS.setdefault(id(rs), {}).setdefault(id(t._alloc), []).append(work)
-
-
-def forget_rank(rs):
-    _WORKS.pop(id(rs), None)
+    state(rs).works.setdefault(id(t._alloc), []).append(work)
 
 
 class _Op:
@@ -206,10 +200,19 @@ def _broadcast_on(pg, t, src):
 @register(fc.wait_tensor.default)
 def _wait_tensor(rs, func, args, kwargs):
     t = args[0] if args else kwargs["tensor"]
-    works = _WORKS.get(id(rs), {}).pop(id(_sim_of(t)._alloc), ())
+    works = state(rs).works.pop(id(_sim_of(t)._alloc), ())
     for w in works:
         w.wait()
     return t
+
+
+@register_namespace("_c10d_functional")
+@register_namespace("_c10d_functional_autograd")
+def _not_modelled(rs, func, args, kwargs):
+    if func.__name__.startswith("_wrap_tensor_autograd"):  # a Python custom op (AsyncCollectiveTensor(input))
+        return func.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd), *args,
+                               **kwargs)
+    raise UnsupportedOperation(f"{func} on simulated tensors is not modelled by simdist")
 
 
 def _contiguous(t):

@@ -9,6 +9,8 @@ from ...engine.errors import SimulationError, UnsupportedOperation
 from ...engine.launch import launch
 from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
 from ..op_rules import register, register_namespace
+from ..storage import resize_storage
+from ..tensor import view_bytes
 from ..tensor import HostProxy, SimTensor
 
 aten = torch.ops.aten
@@ -57,24 +59,21 @@ register(*_INPLACE_VIEWS)(_inplace_view)
 
 
 def _resize(rs, func, args, kwargs):
-    """x.resize_(shape) within the bytes x's allocation already has: a metadata change (contiguous strides
-    from x's storage offset). Growing beyond them would reallocate and copy, which is not modelled."""
+    """x.resize_(shape): contiguous strides from x's storage offset; when the storage is too small it grows
+    first (a new block, the old bytes copied: simdist/faces/storage.py), as ATen's resize_bytes does."""
     x = _sim_of(args[0])
     shape = tuple(args[1] if len(args) > 1 else kwargs["size"])
     if kwargs.get("memory_format") not in (None, torch.contiguous_format):
         raise UnsupportedOperation(f"resize_ with memory_format={kwargs['memory_format']} is not modelled")
-    inner = x._inner
     n = 1
     for d in shape:
         n *= d
-    isz = inner.element_size()
-    base = x._alloc.block.offset // isz if x._alloc.block is not None else 0
-    avail = x._alloc.nbytes // isz - (inner.storage_offset() - base) if x._alloc.block is not None else 0
-    if n > avail:
-        raise UnsupportedOperation(f"resize_ of a simulated CUDA tensor to {list(shape)} ({n} elements) grows "
-                                   f"it past its allocation ({avail} elements): not modelled by simdist")
+    isz = x.element_size()
+    need = (x.storage_offset() + n) * isz
+    if need > x._alloc.nbytes or x._alloc.block is None:
+        resize_storage(x, need)
     stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
-    _set_view(x, inner.as_strided(shape, stride, inner.storage_offset()))
+    _set_view(x, view_bytes(x._alloc, shape, stride, x.dtype, x.storage_offset()))
     return args[0]
 
 

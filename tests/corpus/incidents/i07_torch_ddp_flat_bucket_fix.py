@@ -87,7 +87,7 @@ def main():
     pg = ProcessGroupNCCL2019()
     params = [torch.zeros(*s, device="cuda") for s in BUCKET_SIZES]
     for step in range(2):
-        grads = [grad_of(b, rank, step).cuda() for b in range(len(params))]   # backward (default stream)
+        grads = [grad_of(b, rank, step).cuda(non_blocking=True) for b in range(len(params))]   # backward (default stream, no host sync)
         reduction_works = [None] * len(params)
         buckets_coalesced = [None] * len(params)
         for b in reversed(range(len(params))):            # distributed_data_parallel_hook -> _queue_reduction
