@@ -21,6 +21,7 @@ from ..engine import streams as engine_streams
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError
 from ..engine.launch import launch
+from . import guard
 
 
 def _rank():
@@ -28,6 +29,12 @@ def _rank():
     if rs is None:
         raise SimulationError("torch.cuda was used outside a simulated rank")
     return rs
+
+
+def _set_current(rs, index):
+    """The rank's current device, also where torch's C++ side asks for it (simdist/faces/guard.py)."""
+    rs.current_device = index
+    guard.set_device(index)
 
 
 def device_index(device, rs):
@@ -123,7 +130,7 @@ class Stream(engine_streams.Stream):
         prev = rs.current_streams.get(self.dev.index)
         rs.stream_contexts.append((self.dev.index, prev, rs.current_device))
         rs.current_streams[self.dev.index] = self
-        rs.current_device = self.dev.index
+        _set_current(rs, self.dev.index)
 
     def __exit__(self, *exc):
         rs = _rank()
@@ -132,7 +139,7 @@ class Stream(engine_streams.Stream):
             rs.current_streams.pop(idx, None)
         else:
             rs.current_streams[idx] = prev
-        rs.current_device = dev
+        _set_current(rs, dev)
         return False
 
 
@@ -212,7 +219,7 @@ def set_device(device):
     idx = device_index(device, rs)
     if idx >= 0:
         rs.device(idx)
-        rs.current_device = idx
+        _set_current(rs, idx)
 
 
 class device:
@@ -228,10 +235,10 @@ class device:
         self.prev = rs.current_device
         if self.idx >= 0:
             rs.device(self.idx)
-            rs.current_device = self.idx
+            _set_current(rs, self.idx)
 
     def __exit__(self, *exc):
-        _rank().current_device = self.prev
+        _set_current(_rank(), self.prev)
         return False
 
 

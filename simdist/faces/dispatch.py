@@ -24,6 +24,8 @@ from .tensor import HostProxy, SimTensor, set_router, view_bytes
 
 aten = torch.ops.aten
 _SPEC_CACHE: dict = {}
+_get_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 
 # --- unwrapping ----------------------------------------------------------------
@@ -253,6 +255,8 @@ class RankMode(TorchDispatchMode):
             if t is SimTensor or t is HostProxy:
                 ours = True
             elif t is not torch.Tensor and t is not torch.nn.Parameter:
+                if _get_mode(_FAKE) is not None:
+                    return func(*args, **kwargs)  # fake tensors: the FakeTensorMode below handles them
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
             hr = self.rs.host_memory
@@ -268,7 +272,9 @@ class RankMode(TorchDispatchMode):
                 return func(*args, **kwargs)
             if not isinstance(dev, torch.device):
                 dev = torch.device(dev)
-            if dev.type != "cuda":
+            if dev.type != "cuda" or _get_mode(_FAKE) is not None:
+                # (under a FakeTensorMode, an infra mode below this one, a factory makes a fake tensor: DTensor's
+                # sharding propagation and FSDP2's meta bookkeeping run so)
                 return func(*args, **kwargs)
             rule = rule_for(func)
             if rule is not None:
@@ -285,6 +291,9 @@ class RankMode(TorchDispatchMode):
 
 def dispatch_outside(func, types, args, kwargs):
     """An op on a simulated tensor outside any rank thread: only reading results is allowed."""
+    for t in types:
+        if t is not SimTensor and t is not HostProxy and t is not torch.Tensor and t is not torch.nn.Parameter:
+            return NotImplemented  # a foreign subclass (DTensor, a quantized tensor) unwraps first
     rs = current_rank()
     if rs is not None:
         return dispatch(rs, func, args, kwargs)

@@ -63,6 +63,8 @@ def load(warn=True):
             lib.simdist_guard_set_enabled.argtypes = [ctypes.c_int]
             lib.simdist_guard_set_enabled.restype = ctypes.c_int
             lib.simdist_guard_enabled.restype = ctypes.c_int
+            lib.simdist_guard_set_device.argtypes = [ctypes.c_int]
+            lib.simdist_guard_set_device.restype = None
             if not lib.simdist_guard_hooks_ours():
                 raise RuntimeError("torch's CUDA hooks are not the CPU build's default ones")
         except Exception as e:  # noqa: BLE001  (no compiler, no ninja, a header mismatch...)
@@ -95,6 +97,12 @@ def set_enabled(on):
     if on and not r:
         raise SimulationError("another CUDA device guard is registered in torch; simdist cannot install its own")
     return bool(r)
+
+
+def set_device(index):
+    """Tell torch's C++ side (the fake guard's thread-local device) the calling rank's current device."""
+    if _lib is not None:
+        _lib.simdist_guard_set_device(int(index))
 
 
 def enabled():

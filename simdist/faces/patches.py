@@ -365,6 +365,16 @@ class Installed:
 _MISSING = object()
 
 
+def _set_fake_tensor_cache(on):
+    """Turn FakeTensorMode's dispatch cache on or off for the calling thread (torch's config is thread-local);
+    returns the previous setting, None where this torch has no such switch."""
+    import torch._dynamo.config as config
+    was = getattr(config, "fake_tensor_cache_enabled", None)
+    if was is not None:
+        config.fake_tensor_cache_enabled = on
+    return was
+
+
 def _set_thread_isolation(on):
     fn = getattr(torch._C._distributed_c10d, "_set_thread_isolation_mode", None)
     if fn is None:
@@ -395,12 +405,20 @@ class TorchRankHooks:
         torch.set_grad_enabled(guard.available())
         if guard.available():
             torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
+        guard.set_device(rs.current_device)
+        # FakeTensorMode's dispatch cache is one per process and keys a factory by its arguments as written
+        # (device="cuda"), so rank threads would share rank 1's cuda:1 output (DTensor's sharding propagation
+        # makes fakes exactly so); torchrun processes each have their own cache
+        self_cache = _set_fake_tensor_cache(False)
         rs.face = RankMode(rs)
+        rs.face.fake_cache = self_cache
         rs.face.c10d = RankC10d()
         rs.face.__enter__()
 
     def leave(self, rs):
         if rs.face is not None:
+            if rs.face.fake_cache is not None:
+                _set_fake_tensor_cache(rs.face.fake_cache)
             rs.face.__exit__(None, None, None)
             rs.face = None
 

@@ -2,7 +2,8 @@
 // CUDA-typed SimTensors (autograd records each input's device and stream through this interface; a CPU
 // build has none for CUDA and the process aborts).
 //
-// Nothing is registered when the library loads. simdist_guard_set_enabled(1), called while a simdist run
+// When the library loads it registers only a reducer timer for CUDA (for torch DDP's logger, below), which a CPU
+// build has none of and nothing else uses. No guard is registered when it loads. simdist_guard_set_enabled(1), called while a simdist run
 // is installed (simdist/patches.py), stores the impl into torch's CUDA slot of the device-guard registry,
 // and only when that slot is empty (never over a real CUDA build's impl; simdist/guard.py does not even
 // build this on such builds); simdist_guard_set_enabled(0) empties the slot again, so outside a run
@@ -15,6 +16,7 @@
 // Enabled, the impl keeps a thread-local current device, answers the default stream of each device,
 // treats events as no-ops and reports 64 devices: simdist models streams, events and ordering itself.
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -142,6 +144,23 @@ std::atomic<const c10::impl::DeviceGuardImplInterface*>& cuda_slot() {
 
 }  // namespace
 
+// torch DDP's Reducer makes a timer for its parameters' device type (c10d::TimerRegistry); a CPU build of torch
+// registers none for CUDA and DDP's logger then fails an internal assert at the first forward. This host-clock
+// timer (the CPU timer's behaviour) is what a simulated CUDA device gets; it only serves DDP's logging.
+namespace c10d {
+namespace {
+struct SimdistCudaTimer final : public Timer {
+  explicit SimdistCudaTimer(c10::Device /* unused */) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    int64_t a = getTimeRef(start), b = getTimeRef(end);
+    if (a == kUnsetTime || b == kUnsetTime || b < a) return std::nullopt;
+    return b - a;
+  }
+};
+}  // namespace
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kCUDA, SimdistCudaTimer);
+}  // namespace c10d
+
 extern "C" {
 // on != 0: put the impl into torch's (empty) CUDA slot; on == 0: take it out again. Returns 1 when the impl
 // is in the slot afterwards. Never replaces a guard impl it did not put there (a CUDA build's real one).
@@ -166,6 +185,11 @@ int simdist_guard_set_enabled(int on) {
   return 0;
 }
 int simdist_guard_enabled() { return g_enabled.load() ? 1 : 0; }
+// The calling thread's current CUDA device as torch's C++ side sees it (simdist keeps each rank's current device
+// in Python; code that asks C++, such as FakeTensorMode for device="cuda", must get the same answer).
+void simdist_guard_set_device(int index) {
+  if (index >= 0) t_device = static_cast<c10::DeviceIndex>(index);
+}
 // 1 when torch's CUDA hooks are the default (CPU build) ones or already swapped: set_enabled can work.
 int simdist_guard_hooks_ours() {
   const auto& hooks = at::detail::getCUDAHooks();
