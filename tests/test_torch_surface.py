@@ -47,6 +47,35 @@ def test_in_place_view_ops_change_metadata_at_once():
         assert torch.equal(g, w)
 
 
+def test_as_strided_offsets_count_from_the_tensors_storage():
+    # as_strided's storage_offset counts from the start of the tensor's storage (ATen setStrided; docs of
+    # torch.as_strided), wherever the caching allocator placed that storage. torch DDP's reducer makes its bucket
+    # views so; simdist once read the offset from the start of the segment and the all-reduce summed stale bytes
+    # while the gradients went elsewhere (a silent wrong value). `pad` keeps the bucket off the segment's start.
+    def prog(dev):
+        pad = torch.zeros(100, device=dev)
+        b = torch.arange(15., device=dev)
+        v = b.as_strided((3, 4), (4, 1), 2)
+        v.mul_(10)  # writes through the view into b
+        c = torch.as_strided_copy(b, (2,), (1,), 5)
+        s = torch.as_strided_scatter(b, torch.full((2,), -1., device=dev), (2,), (1,), 3)
+        w = b[3:].as_strided((2,), (2,), 1)
+        u = torch.arange(6., device=dev)[2:]
+        u.as_strided_((2,), (1,), 0)  # in place: offset 0 is the storage's first element, not the view's
+        try:
+            b.as_strided((4, 4), (4, 1), 0)
+            refused = None
+        except RuntimeError as e:
+            refused = str(e).split(" requiring")[0]
+        return b.cpu(), c.cpu(), s.cpu(), w.cpu(), u.cpu(), refused, pad.sum().item()
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    for g, w in zip(got[:5], want[:5]):
+        assert torch.equal(g, w), (g, w)
+    assert got[5:] == want[5:]
+
+
 def test_resize_past_the_allocation_reallocates_and_keeps_the_bytes():
     # ATen's resize_ grows the storage (new memory, the old bytes copied) and every view of it follows;
     # untyped_storage().resize_(0) frees it (using the tensor then fails, as in torch), resize_(n) brings it back

@@ -7,7 +7,9 @@ import torch
 
 from ...engine.errors import SimulationError, UnsupportedOperation
 from ...engine.launch import launch
-from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
+from ..dispatch import (_factory_device, _functional, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, _view,
+                        allocate)
+from ..op_info import op_info
 from ..op_rules import register, register_namespace
 from ..storage import resize_storage
 from ..tensor import view_bytes
@@ -37,9 +39,57 @@ for _name, _ovs in (("as_strided_", ("default",)), ("t_", ("default",)), ("unsqu
             _INPLACE_VIEWS[getattr(_pk, _ov)] = getattr(_base, _bov)
 
 
+# --- storage offsets -------------------------------------------------------------------------------------------
+# as_strided's storage_offset counts elements from the start of the tensor's storage (ATen's setStrided); a
+# simulated tensor's storage is its allocation, while the CPU view underneath counts from the start of the
+# segment that holds the allocation. The argument is moved by the allocation's start, and a view past the
+# storage's end is refused as torch refuses it. (torch DDP's reducer makes every bucket view this way: read
+# from the segment's start, the gradients went to other memory and the all-reduce summed stale bytes.)
+_OFFSET_ARG = {aten.as_strided.default: 3, aten.as_strided_.default: 3, aten.as_strided_scatter.default: 4}
+if hasattr(aten, "as_strided_copy"):
+    _OFFSET_ARG[aten.as_strided_copy.default] = 3
+
+
+def _segment_offsets(func, args, kwargs):
+    """(args, kwargs) with an explicit storage_offset moved from the storage's start to the segment's."""
+    i = _OFFSET_ARG.get(func)
+    if i is None:
+        return args, kwargs
+    in_args = len(args) > i
+    off = args[i] if in_args else kwargs.get("storage_offset")
+    if off is None:
+        return args, kwargs
+    x = _sim_of(args[0])
+    size = args[i - 2] if len(args) > i - 2 else kwargs["size"]
+    stride = args[i - 1] if len(args) > i - 1 else kwargs["stride"]
+    extent = 0 if any(d == 0 for d in size) else 1 + sum((d - 1) * st for d, st in zip(size, stride))
+    isz = x.element_size()
+    if (off + extent) * isz > x._alloc.nbytes:
+        raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
+                           f"itemsize {isz} requiring a storage size of {(off + extent) * isz} are out of bounds "
+                           f"for storage of size {x._alloc.nbytes}")
+    moved = off + (x._inner.storage_offset() - x.storage_offset())
+    if in_args:
+        return (*args[:i], moved, *args[i + 1:]), kwargs
+    return args, {**kwargs, "storage_offset": moved}
+
+
+@register(aten.as_strided.default)
+def _as_strided(rs, func, args, kwargs):
+    args, kwargs = _segment_offsets(func, args, kwargs)
+    return _view(rs, func, op_info(func), args, kwargs)
+
+
+@register(*(f for f in _OFFSET_ARG if f.__name__.startswith(("as_strided_copy", "as_strided_scatter"))))
+def _as_strided_functional(rs, func, args, kwargs):
+    args, kwargs = _segment_offsets(func, args, kwargs)
+    return _functional(rs, func, op_info(func), args, kwargs)
+
+
 def _inplace_view(rs, func, args, kwargs):
     """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
     x = _sim_of(args[0])
+    args, kwargs = _segment_offsets(func, args, kwargs)
     u = _unwrap(rs, args, kwargs, False)
     _set_view(x, _INPLACE_VIEWS[func](*u.args, **u.kwargs))
     return args[0]
