@@ -5,6 +5,7 @@ Docstring fields, one per line:
     KINDS: hazard kinds that must all be reported       KINDS_ALSO: kinds that may also be reported
     ERROR: exception class name(s), '|'-separated       WORLD_SIZE: n (default 2)
     NCCL: 2.7 | 2.8                                      DEVICE_COUNT: devices per world (simdist.run device_count)
+    TRANSPORT: threads | processes (default: run_script's, processes; threads for a program about rank threads)
 Used by tests/test_programs.py, tests/corpus/run_all.py and ci/gpu_programs.py, on folders they name (the
 project's own corpus is tests/corpus/<topic>/; a user's folder works the same).
 """
@@ -43,9 +44,10 @@ def parse(path):
     return {"name": os.path.basename(path)[:-3], "path": path, "expected": field("EXPECTED", "clean"),
             "kinds": listed("KINDS"), "kinds_also": listed("KINDS_ALSO"), "errors": listed("ERROR", "|"),
             "world_size": int(field("WORLD_SIZE", "2")), "nccl": field("NCCL"),
-            "device_count": int(dc) if dc else None}
+            "device_count": int(dc) if dc else None, "transport": field("TRANSPORT")}
 
 
 def run_options(meta):
     """Keyword arguments for simdist.run_script besides world_size and seed."""
-    return {k: v for k, v in (("nccl", meta["nccl"]), ("device_count", meta["device_count"])) if v}
+    return {k: v for k, v in (("nccl", meta["nccl"]), ("device_count", meta["device_count"]),
+                              ("transport", meta.get("transport"))) if v}

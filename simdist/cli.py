@@ -105,6 +105,7 @@ def _policy(a):
 
 def cmd_run(a):
     import simdist
+    from simdist.launcher import under_torchrun
     script = ":" not in a.target and (a.target.endswith(".py") or os.path.isfile(a.target))
     if a.args and not script:
         raise UsageError(f"simdist run: extra arguments {a.args!r} are only for scripts (FILE.py)")
@@ -113,24 +114,62 @@ def cmd_run(a):
     policy = _policy(a)
     kwargs = _json_arg("--kwargs", a.kwargs, dict) if a.kwargs else None
     args = tuple(_json_arg("--args", a.fn_args, list)) if a.fn_args else ()
-    if script:
-        if not os.path.isfile(a.target):
-            raise UsageError(f"simdist run: no such script {a.target!r}")
-        res = simdist.run_script(a.target, argv=a.args, world_size=a.world_size, seed=a.seed, nccl=a.nccl,
-                                 policy=policy)
+    if script and not os.path.isfile(a.target):
+        raise UsageError(f"simdist run: no such script {a.target!r}")
+    fn = None if script else _load(a.target)
+    options = dict(seed=a.seed, nccl=a.nccl, policy=policy)
+    if under_torchrun():
+        res = _run_as_torchrun_worker(a, script, fn, args, kwargs, options)
+        if res is None:
+            return 0
     else:
-        fn = _load(a.target)
-        if a.spawn:
-            res = simdist.spawn(fn, args=args, nprocs=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy,
-                                kwargs=kwargs)
+        world_size = a.world_size or 1
+        if a.transport:
+            options["transport"] = a.transport
+        if script:
+            res = simdist.run_script(a.target, argv=a.args, world_size=world_size, **options)
+        elif a.spawn:
+            res = simdist.spawn(fn, args=args, nprocs=world_size, kwargs=kwargs, **options)
         else:
-            res = simdist.run(fn, world_size=a.world_size, seed=a.seed, nccl=a.nccl, policy=policy, args=args,
-                              kwargs=kwargs)
+            res = simdist.run(fn, world_size=world_size, args=args, kwargs=kwargs, **options)
     print(res.report())
     if a.trace:
         res.save_trace(a.trace)
         print(f"trace: {a.trace} (open in https://ui.perfetto.dev)")
     return 1 if res.hazards else 0
+
+
+def _run_as_torchrun_worker(a, script, fn, args, kwargs, options):
+    """This process is one of the workers torchrun started: one simulated rank of a WORLD_SIZE-GPU world.
+    Rank 0 returns the RunResult (printed as `simdist run` prints it); the other ranks return None."""
+    from simdist.api import script_main, spawned
+    from simdist.engine.errors import SimulationError
+    from simdist.launcher import run_under_torchrun
+    from simdist.session import RunSpec
+    world_size = int(os.environ["WORLD_SIZE"])
+    if a.world_size not in (None, world_size):
+        raise UsageError(f"simdist run: -n {a.world_size} but torchrun started {world_size} workers (leave out -n "
+                         "under torchrun: the simulated world has one rank per worker)")
+    if a.transport == "threads":
+        raise UsageError("simdist run: --transport threads cannot be used under torchrun (every worker is a rank)")
+    if script:
+        fn = script_main(a.target, a.args)
+    elif a.spawn:
+        fn = spawned(fn)
+    spec = RunSpec.make(world_size, options["seed"], options["policy"], options["nccl"], "nan", None, None,
+                        torchrun=script or a.spawn)
+    rank = int(os.environ["RANK"])
+    try:
+        res = run_under_torchrun(fn, spec, args, kwargs)
+    except SimulationError as e:
+        if rank == 0:
+            raise RankError(f"{type(e).__name__}: {e}") from None
+        raise SystemExit(1) from None
+    return res if rank == 0 else None
+
+
+class RankError(Exception):
+    """The run failed with simdist's named error: printed as it is (several lines), exit status 1."""
 
 
 def build_parser():
@@ -148,8 +187,11 @@ def build_parser():
                                    "Exit status: 0 clean, 1 hazards found, 2 bad input.")
     r.add_argument("target", help="FILE.py:FN, module:fn or SCRIPT.py")
     r.add_argument("args", nargs="*", help="arguments for a script (put them after `--`)")
-    r.add_argument("--world-size", "--nproc-per-node", "-n", type=positive_int, default=1, dest="world_size",
-                   help="simulated ranks, one GPU each (default 1)")
+    r.add_argument("--world-size", "--nproc-per-node", "-n", type=positive_int, default=None, dest="world_size",
+                   help="simulated ranks, one GPU each (default 1; under torchrun: one per worker)")
+    r.add_argument("--transport", default=None, choices=("threads", "processes"),
+                   help="how ranks run: threads of this process, or processes of their own (own module globals, "
+                        "as torchrun starts them). Default: processes for a script, threads for a function")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--nccl", default=None, help="2.7 or 2.8 (default: the installed torch)")
     r.add_argument("--policy", default=None, choices=POLICIES, help="jitter (default), none, pct")
@@ -194,6 +236,9 @@ def main(argv=None):
     except UsageError as e:
         print(str(e), file=sys.stderr)
         status = 2
+    except RankError as e:
+        print(str(e), file=sys.stderr)
+        status = 1
     sys.exit(status)
 
 

@@ -172,3 +172,82 @@ def test_torch_save_and_load_of_cuda_tensors():
     import io as _io
     outside = torch.load(_io.BytesIO(blob))  # a checkpoint written in a run loads on the host afterwards
     assert torch.equal(outside["x"], a)
+
+
+def test_module_cuda_keeps_parameter_objects_and_their_attributes():
+    # nn.Module._apply moves a parameter with `param.data = fn(param)` (torch/nn/modules/module.py), so on a GPU
+    # the Parameter object, and every attribute a library set on it, survive .cuda(): Megatron tags
+    # `tensor_model_parallel` before moving the model and reads it in its grad-norm; an optimizer built before
+    # .cuda() holds the same objects. simdist once returned new Parameters without the attributes (a grad norm
+    # off by 30%, silently).
+    def prog(dev):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 4)
+        w = m.weight
+        w.tensor_model_parallel = True
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        m.to(dev)
+        m.half().float()
+        m(torch.ones(2, 4, device=dev)).sum().backward()
+        opt.step()
+        return (m.weight is w, getattr(m.weight, "tensor_model_parallel", None), m.weight.device.type,
+                w.detach().cpu())
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    assert got[:2] == (True, True) == want[:2]
+    assert got[2] == "cuda"
+    assert torch.equal(got[3], want[3])  # the optimizer stepped the object the model uses
+
+
+def test_data_assignment_makes_a_parameter_view_other_bytes():
+    # `p.data = flat[i:j].view_as(p)` (Megatron's distributed optimizer, ZeRO-style flat buffers): p keeps its
+    # object and from then on reads and writes the buffer's bytes (torch's set_data shares the storage).
+    def prog(dev):
+        p = torch.nn.Parameter(torch.zeros(2, 3, device=dev))
+        flat = torch.arange(10., device=dev)
+        p.data = flat[2:8].view(2, 3)
+        flat.mul_(2)
+        with torch.no_grad():
+            p.add_(1)
+        return p.detach().cpu(), flat.cpu()
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    for g, w in zip(got, want):
+        assert torch.equal(g, w), (g, w)
+
+
+def test_tensor_of_device_scalars_and_cuda_rng_state():
+    # torch.tensor([cuda 0-d tensors]) reads each element (a synchronizing copy) and makes a CPU tensor unless a
+    # device is given; torch.cuda.random.get_rng_state (the module torch.cuda's own re-exports come from)
+    # answers for the rank's current device, a ByteTensor of the Philox seed and offset.
+    def prog(dev):
+        a, b = torch.tensor(2.0, device=dev), torch.tensor(3.0, device=dev)
+        t = torch.tensor([a, b])
+        u = torch.tensor([[a], [b]], device=dev)
+        out = [t.device.type, t.tolist(), u.device.type, u.tolist()]
+        if dev == "cuda":
+            s = torch.cuda.random.get_rng_state()
+            torch.cuda.random.set_rng_state(s)
+            out.append((s.dtype, s.device.type))
+        return out
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    assert got[0] == "cpu" and got[1:2] == want[1:2] and got[2] == "cuda" and got[3] == want[3]
+    assert got[4] == (torch.uint8, "cpu")
+
+
+def test_a_script_that_consumes_sys_argv_sees_its_own_arguments_on_every_rank(tmp_path):
+    # each torchrun process has its own sys.argv; a launcher that does `sys.argv = sys.argv[1:]` changes only
+    # its own
+    script = tmp_path / "consume.py"
+    script.write_text("import sys, torch.distributed as dist\n"
+                      "args = sys.argv[1:]\n"
+                      "sys.argv = sys.argv[:1]\n"
+                      "dist.init_process_group('nccl')\n"
+                      "dist.barrier()\n"
+                      "assert args == ['--x', '1'], args\n")
+    res = simdist.run_script(str(script), world_size=2, argv=["--x", "1"])
+    assert res.hazards == []

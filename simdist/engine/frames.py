@@ -8,7 +8,7 @@ import sys
 import threading
 
 
-def capture_frames(depth=10, skip=2):
+def capture_frames(depth=24, skip=2):
     """Cheap stack capture: (code, instruction offset) pairs; line numbers are resolved only when reported
     (f_lineno scans the code's line table on every access, f_lasti does not). `skip` frames above this one
     are simdist's own (callers on the hot path know their depth; the report filters any that remain)."""
@@ -34,17 +34,27 @@ def _line(code, lasti):
 
 
 _SKIP_PREFIXES = None
+_KEEP_PREFIXES = None
+_API_FILES = None
+# torch's own libraries that order device work (FSDP, DDP, DTensor, functional collectives, optimizers): a
+# missing edge can be in their code, so a report shows their frames; the rest of torch is plumbing (dispatch,
+# nn.Module's call, autograd) between the program and the op, and so is torch.distributed's API itself (the
+# program's call of dist.all_reduce is the frame that matters, not the function it called)
+_TORCH_LIBRARIES = ("distributed", "nn/parallel", "optim")
+_TORCH_API = ("distributed/distributed_c10d.py", "distributed/c10d_logger.py")
 
 
 def _skip_prefixes():
-    """Frames in these files are simdist's or torch's, not the program's."""
-    global _SKIP_PREFIXES
+    """Frames in these files are simdist's or torch's plumbing, not the program's or a library's."""
+    global _SKIP_PREFIXES, _KEEP_PREFIXES, _API_FILES
     if _SKIP_PREFIXES is None:
         simdist_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         spec = importlib.util.find_spec("torch")
         torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else "\0"
         _SKIP_PREFIXES = (simdist_dir + os.sep, torch_dir + os.sep,
                           os.path.dirname(threading.__file__) + os.sep + "threading.py")
+        _KEEP_PREFIXES = tuple(os.path.join(torch_dir, *lib.split("/")) + os.sep for lib in _TORCH_LIBRARIES)
+        _API_FILES = frozenset(os.path.join(torch_dir, *f.split("/")) for f in _TORCH_API)
     return _SKIP_PREFIXES
 
 
@@ -56,7 +66,8 @@ def user_frames(frames, limit=6):
     for i in range(0, len(frames) - 1, 2):
         code, lasti = frames[i], frames[i + 1]
         fn = code.co_filename
-        if fn.startswith(skip) or fn.startswith("<frozen"):
+        if ((fn.startswith(skip) and not fn.startswith(_KEEP_PREFIXES)) or fn in _API_FILES
+                or fn.startswith("<")):  # <frozen ...>, and <string>: the fork server's `python -c` (simdist's)
             continue
         out.append((fn, _line(code, lasti), code.co_name))
         if len(out) >= limit:
@@ -90,3 +101,25 @@ def format_frame_tuples(frames, indent="    "):
         if src:
             lines.append(f"{indent}  {src}")
     return "\n".join(lines)
+
+
+class FrameRef:
+    """A resolved frame that crosses a process boundary (code objects do not pickle): what user_frames reads of a
+    code object, with the line fixed."""
+
+    __slots__ = ("co_filename", "co_name", "co_firstlineno")
+
+    def __init__(self, filename, name, line):
+        self.co_filename, self.co_name, self.co_firstlineno = filename, name, line
+
+    def co_lines(self):
+        return ((0, 1, self.co_firstlineno),)
+
+
+def portable_frames(frames):
+    """`frames` as captured (code, offset, code, offset...) with each code replaced by a FrameRef."""
+    out = []
+    for i in range(0, len(frames or ()) - 1, 2):
+        code, lasti = frames[i], frames[i + 1]
+        out += [FrameRef(code.co_filename, code.co_name, _line(code, lasti)), 0]
+    return out

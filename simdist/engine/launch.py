@@ -32,7 +32,7 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     stream.seq += 1
     op.seq = stream.seq
     op.vc = stream.vc
-    op.frames = capture_frames(8, skip)
+    op.frames = capture_frames(20, skip)  # deep enough to reach the program through a library and nn.Module
     if coll is not None:
         op.coll = coll
         coll.arrive(rank, op)

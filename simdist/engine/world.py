@@ -34,7 +34,8 @@ class World:
         local = range(world_size) if local_ranks is None else local_ranks
         self.ranks = {r: Rank(self, r) for r in local}  # the ranks simulated in this process
 
-    def deadlock(self, descriptions, pending_lines):
+    @staticmethod
+    def deadlock(descriptions, pending_lines):
         """The Deadlock of a run whose ranks all wait for each other."""
         lines = ["every live rank is waiting and none can proceed:", *descriptions]
         extra = pending_summary(list(dict.fromkeys(pending_lines)))  # every participant reports its instances

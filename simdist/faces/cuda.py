@@ -477,9 +477,27 @@ def cuda_patches():
         memory_summary=memory_summary,
     )
     out = [(c, k, v) for k, v in items.items()]
+    out += _submodule_aliases(items)
     out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
+    return out
+
+
+def _submodule_aliases(items):
+    """The same functions where torch.cuda's own submodules bound them at import (torch/cuda/random.py does
+    `from . import current_device`): torch.cuda.random.get_rng_state would otherwise reach the real one."""
+    import sys
+    c = torch.cuda
+    originals = {k: c.__dict__.get(k) for k in items}
+    out = []
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("torch.cuda.") or mod is None:
+            continue
+        d = getattr(mod, "__dict__", {})
+        for k, orig in originals.items():
+            if orig is not None and d.get(k) is orig:
+                out.append((mod, k, items[k]))
     return out
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import threading
+import weakref
 from collections.abc import MutableMapping
 
 import torch
@@ -110,8 +112,25 @@ def _default_is_cuda():
         return False
 
 
+def _host_elements(data):
+    """A nested list/tuple with its simulated tensors read to the host (torch.tensor([cuda 0-d tensors]) reads
+    each element, a synchronizing copy); None when it holds none."""
+    if isinstance(data, SimTensor):
+        return data.cpu()
+    if isinstance(data, (list, tuple)):
+        conv = [_host_elements(x) for x in data]
+        if all(c is None for c in conv):
+            return None
+        return type(data)(x if c is None else c for x, c in zip(data, conv))
+    return None
+
+
 def _factory_from_data(orig):
     def make(data, *args, device=None, **kwargs):
+        if current_rank() is not None and isinstance(data, (list, tuple)):
+            host = _host_elements(data)
+            if host is not None:
+                data = host
         if current_rank() is not None and (_wants_cuda(device) or (device is None and _default_is_cuda()
                                                                    and not isinstance(data, torch.Tensor))):
             if isinstance(device, int):
@@ -187,11 +206,76 @@ def _nonzero(input, *, out=None, as_tuple=False):
 
 
 def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool:  # dynamo checks this signature
-    # nn.Module.cuda()/to() would swap a CPU parameter's data for a CUDA-typed wrapper in place;
-    # answering False makes it build a new Parameter around the simulated tensor instead.
-    if isinstance(input, SimTensor) or isinstance(from_, SimTensor):
+    # Between a CPU and a simulated tensor `.data =` cannot work (different tensor types); nn.Module's _apply
+    # then swaps the two tensors instead (_module_apply below). Two simulated tensors: torch's own answer.
+    if isinstance(input, SimTensor) != isinstance(from_, SimTensor):
         return False
     return _orig_compat(input, from_)
+
+
+# nn.Module.cuda()/.to()/.cpu() keep each Parameter object and its attributes on a GPU (Module._apply's
+# `param.data = param_applied`): Megatron tags parameters (`tensor_model_parallel`, `partition_dim`) before
+# moving the model, and optimizers built before .cuda() hold the same objects. A CPU tensor cannot take a
+# simulated tensor's data, so where one side is simulated, _apply takes its swap path (torch.utils.swap_tensors,
+# which keeps the object) and the attributes the object had are put back.
+import torch.nn.modules.module as _nn_module  # noqa: E402
+
+_orig_module_apply = torch.nn.Module._apply
+_orig_is_wrapper_subclass = _nn_module.is_traceable_wrapper_subclass
+_apply_input = threading.local()
+
+
+def _module_apply(self, fn, recurse=True):
+    if current_rank() is None:
+        return _orig_module_apply(self, fn, recurse)
+    kept = [(p, dict(p.__dict__)) for p in self._parameters.values() if p is not None]
+
+    def noted(t):
+        _apply_input.tensor = t
+        return fn(t)
+
+    try:
+        out = _orig_module_apply(self, noted, recurse)
+    finally:
+        _apply_input.tensor = None
+    for p, attrs in kept:
+        for k, v in attrs.items():
+            if k not in p.__dict__:
+                p.__dict__[k] = v
+    return out
+
+
+_orig_swap_tensors = torch.utils.swap_tensors
+
+
+def _swap_tensors(t1, t2):
+    """torch.utils.swap_tensors where a simulated tensor is involved. torch's refuses tensors with weak
+    references, and simdist keeps one to every simulated tensor (its allocation's views, for storage resize):
+    the same swap (classes, attributes, the C++ tensors), with those references moved to the object that now
+    holds the simulated tensor."""
+    if not isinstance(t1, SimTensor) and not isinstance(t2, SimTensor):
+        return _orig_swap_tensors(t1, t2)
+    for name, t in (("t1", t1), ("t2", t2)):
+        n = t._use_count()
+        if n > 2 or (n == 2 and not t.is_leaf):
+            raise RuntimeError(f"Expected use_count of {name} to be 1 or 2 with an AccumulateGrad node but got {n} "
+                               "make sure you are not holding references to the tensor in other places.")
+    c1, c2 = t1.__class__, t2.__class__
+    t1.__class__, t2.__class__ = c2, c1
+    d1, d2 = t1.__dict__, t2.__dict__
+    t1.__dict__, t2.__dict__ = d2, d1
+    torch._C._swap_tensor_impl(t1, t2)
+    for t in (t1, t2):
+        if isinstance(t, SimTensor):
+            t._alloc.views.append(weakref.ref(t))  # (the other object's reference is skipped: not simulated now)
+            t._span = None
+
+
+def _swaps_in_module_apply(t):
+    src = getattr(_apply_input, "tensor", None)
+    if src is not None and isinstance(src, SimTensor) != isinstance(t, SimTensor):
+        return True
+    return _orig_is_wrapper_subclass(t)
 
 
 _orig_engine_run_backward = getattr(torch.autograd, "_engine_run_backward", None)
@@ -271,6 +355,9 @@ def _patch_list():
         (os, "environ", RankEnviron(os.environ)),
         (torch, "nonzero", _nonzero),
         (torch, "_has_compatible_shallow_copy_type", _compatible_shallow_copy),
+        (torch.nn.Module, "_apply", _module_apply),
+        (_nn_module, "is_traceable_wrapper_subclass", _swaps_in_module_apply),
+        (torch.utils, "swap_tensors", _swap_tensors),
     ]
     items += c10d_patches()
     if guard.available() and _orig_engine_run_backward is not None:
@@ -396,9 +483,14 @@ def _restore(saved):
 
 class TorchRankHooks:
     """What each torchrun process has of its own and rank threads of one process share (simdist/ranks/):
-    the CPU random generator (each process starts at c10's default seed), grad mode, the dispatch mode."""
+    the CPU random generator (each process starts at c10's default seed), grad mode, the dispatch mode,
+    sys.argv (a script may consume its arguments: argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
+
+    def __init__(self):
+        self.argv = list(sys.argv)
 
     def enter(self, rs):
+        sys.argv = list(self.argv)
         _cpu_gen.manual_seed(DEFAULT_RNG_SEED)  # a fresh process's CPU generator
         # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
         # loaded (simdist/faces/guard.py); with it, grad mode is on as in any fresh thread, without it off.
@@ -424,6 +516,8 @@ class TorchRankHooks:
 
     def suspend(self, rs):
         rs.face.cpu_rng_state = _cpu_gen.get_state()
+        rs.face.argv = sys.argv
 
     def resume(self, rs):
         _cpu_gen.set_state(rs.face.cpu_rng_state)
+        sys.argv = rs.face.argv

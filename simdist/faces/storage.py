@@ -40,8 +40,8 @@ def rebind_views(alloc):
     live = []
     for ref in alloc.views:
         v = ref()
-        if v is None:
-            continue
+        if v is None or not hasattr(v, "_alloc") or v._alloc is not alloc:
+            continue  # dead, or no longer a view of these bytes (swap_tensors, `.data =` another tensor)
         live.append(ref)
         v._span = None
         if alloc.block is None:

@@ -177,6 +177,24 @@ class SimTensor(torch.Tensor):
     def untyped_storage(self):
         return _storage_of(self)
 
+    # `t.data = other` (torch's set_data) swaps t's metadata for other's and makes t view other's bytes, keeping
+    # the Python object: Megatron's distributed optimizer points each parameter at its slice of a flat buffer
+    # so. The wrapper's metadata is swapped by torch; the bytes it views are simdist's own to swap.
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        torch.Tensor.data.__set__(self, new)
+        if type(new) is SimTensor:
+            self._inner = new._inner
+            self._dev = new._dev
+            self._alloc = new._alloc
+            self._spec = new._spec
+            self._span = None
+            new._alloc.views.append(_ref(self))  # a later storage resize moves it too
+
     def record_stream(self, stream):
         # Tensor.record_stream's binding converts its argument to a c10::Stream, which a simulated stream is not
         self._alloc.record_stream(stream)

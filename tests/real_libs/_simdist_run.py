@@ -22,6 +22,7 @@ def main():
     ap.add_argument("world_size", type=int)
     ap.add_argument("--no-wait")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--transport", default="processes", choices=("threads", "processes"))
     args = ap.parse_args()
 
     import simdist
@@ -29,9 +30,10 @@ def main():
     script = os.path.abspath(args.script)
     if args.no_wait:
         res = simdist.run_script(os.path.join(HERE, "no_wait.py"), world_size=args.world_size,
-                                 argv=[args.no_wait, script], seed=args.seed)
+                                 argv=[args.no_wait, script], seed=args.seed,
+                                 transport=args.transport)
     else:
-        res = simdist.run_script(script, world_size=args.world_size, seed=args.seed)
+        res = simdist.run_script(script, world_size=args.world_size, seed=args.seed, transport=args.transport)
     sys.stdout.flush()
     print("SIMDIST " + json.dumps({"hazards": [str(h) for h in res.hazards], "report": res.report(),
                                    "digest": res.digest}), flush=True)

@@ -149,5 +149,13 @@ register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten
 @register(aten._has_compatible_shallow_copy_type.default)
 def _compatible_shallow_copy_type(rs, func, args, kwargs):
     """`t.data = other` asks this before swapping metadata: a question about tensor types, not bytes (no device
-    work, no host read)."""
-    return func(*(a._inner if isinstance(a, SimTensor) else a for a in (_sim_of(x) for x in args)))
+    work, no host read). Between a simulated and a CPU tensor the answer would let torch graft a CUDA-typed
+    wrapper's metadata onto a CPU tensor (or the reverse), which cannot hold: refused by name. nn.Module's
+    .cuda()/.to()/.cpu() do not come here (simdist/faces/patches.py keeps their Parameters another way)."""
+    a, b = (_sim_of(x) for x in args[:2])
+    if isinstance(a, SimTensor) != isinstance(b, SimTensor):
+        raise UnsupportedOperation(
+            "`t.data = other` between a CPU tensor and a simulated CUDA tensor is not modelled by simdist (torch "
+            "would keep t's Python object on the other device); move modules with .cuda()/.to(), or assign a new "
+            "tensor")
+    return func(*(x._inner if isinstance(x, SimTensor) else x for x in (a, b)))

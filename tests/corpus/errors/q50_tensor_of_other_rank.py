@@ -1,8 +1,10 @@
 """Rank 0 puts its cuda tensor in a process-wide shared module (the rank threads share sys.modules); after a barrier,
-rank 1 uses rank 0's tensor in its own kernel. Impossible across real torchrun processes: must be refused.
+rank 1 uses rank 0's tensor in its own kernel. Impossible across real torchrun processes: must be refused. (Run with
+the thread transport, where the ranks do share sys.modules; as processes the module is simply not shared.)
 
 EXPECTED: error
 ERROR: SimulationError
+TRANSPORT: threads
 REASON: a rank can only touch its own GPU's memory; silently computing with another rank's bytes would hide bugs.
 """
 import os

@@ -1,0 +1,70 @@
+"""Programs for tests/test_ranks_as_processes.py, in a module of their own: a rank process imports them by name."""
+import os
+import signal
+import threading
+
+import torch
+import torch.distributed as dist
+
+REGISTRY = []  # module-global state, as Megatron-Core's parallel_state keeps its groups
+
+
+def register_in_module_global():
+    assert not REGISTRY, f"rank {dist.get_rank()}: a group is already registered: {REGISTRY}"
+    REGISTRY.append(dist.get_rank())
+    dist.barrier()
+    return list(REGISTRY)
+
+
+def divide_by_zero_on_rank_one():
+    x = torch.ones(4, device="cuda")
+    dist.all_reduce(x)
+    if dist.get_rank() == 1:
+        return 1 / 0
+    return x.sum().item()
+
+
+def crash_on_rank_one(how):
+    x = torch.ones(4, device="cuda")
+    dist.all_reduce(x)
+    if dist.get_rank() == 1:
+        if how == "sigsegv":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os._exit(3)
+    dist.all_reduce(x)
+    return x.sum().item()
+
+
+def mismatched_collectives():
+    x = torch.ones(4, device="cuda")
+    if dist.get_rank() == 0:
+        dist.all_reduce(x)
+    else:
+        dist.broadcast(x, src=0)
+    torch.cuda.synchronize()
+
+
+def rank_zero_skips_the_barrier():
+    x = torch.ones(4, device="cuda")
+    if dist.get_rank() == 1:
+        dist.barrier()
+    torch.cuda.synchronize()
+    return x.sum().item()
+
+
+def returns_its_argument(f):
+    return f
+
+
+def returns_a_lock():
+    return threading.Lock()
+
+
+def spawn_worker(rank, n):
+    dist.init_process_group("nccl", rank=rank, world_size=2)
+    torch.cuda.set_device(rank)
+    x = torch.full((n,), float(rank + 1), device="cuda")
+    dist.all_reduce(x)
+    out = x.sum().item()
+    dist.destroy_process_group()
+    return out
