@@ -239,6 +239,15 @@ def main(argv=None):
     except RankError as e:
         print(str(e), file=sys.stderr)
         status = 1
+    except Exception as e:  # noqa: BLE001 - simdist's named errors say everything in their text
+        from simdist.engine.errors import SimulationError
+        if not isinstance(e, SimulationError):
+            raise  # the program's own exception: its traceback is the program's
+        print(f"simdist: {type(e).__name__}: {e}", file=sys.stderr)
+        for note in getattr(e, "__notes__", ()):
+            if not note.startswith("traceback of simulated rank"):  # (simdist's own frames: the text says where)
+                print(note, file=sys.stderr)
+        status = 1
     sys.exit(status)
 
 

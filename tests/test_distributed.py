@@ -434,3 +434,27 @@ def test_lazy_communicator_setup_orders_first_use_of_groups():
         simdist.run(prog, world_size=2, args=(False,))
     assert time.perf_counter() - t < 10
     assert simdist.run(prog, world_size=2, args=(True,)).returns == [[8.0, 8.0], [8.0, 8.0]]
+
+
+def test_every_rank_on_one_gpu_is_refused_as_nccl_does():
+    # A torchrun process starts on cuda:0; a script that never calls set_device runs every rank's collective on
+    # GPU 0, and NCCL refuses a communicator with two ranks on one GPU ("Duplicate GPU detected",
+    # ncclInvalidUsage), raised by ProcessGroupNCCL as torch.distributed.DistBackendError. The communicator is made
+    # per device at its first collective there (ProcessGroupNCCL::getNCCLComm keys them by device).
+    def no_set_device():
+        dist.init_process_group("nccl")
+        x = torch.ones(4, device="cuda")
+        dist.all_reduce(x)
+
+    with pytest.raises(dist.DistBackendError, match="Duplicate GPU detected: rank 1 and rank 0 both on CUDA "
+                                                    "device 0"):
+        simdist.run(no_set_device, world_size=2, torchrun=True)
+
+    def set_device_first():
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(dist.get_rank())
+        x = torch.ones(4, device="cuda")
+        dist.all_reduce(x)
+        return x.sum().item()
+
+    assert simdist.run(set_device_first, world_size=2, torchrun=True).returns == [8.0, 8.0]

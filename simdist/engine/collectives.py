@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from . import clocks, cost
-from .errors import CollectiveMismatch, Deadlock, SimulationError
+from .errors import CollectiveMismatch, Deadlock, NcclError, SimulationError
 from .frames import capture_frames, format_frame_tuples, user_frames
 from .launch import launch
 from .messages import Arrive, Data, Launched, Started
@@ -41,7 +41,8 @@ class Group:
         self.index = {r: i for i, r in enumerate(self.ranks)}
         self.name = name or key
         self.calls = 0  # collectives this rank issued on this group so far
-        self.comm_ready = False  # this rank's NCCL communicator for the group exists
+        self.comm_devices = []  # the devices this rank has an NCCL communicator of the group on, in creation order
+        self.comm_inits = 0  # communicator creations this rank took part in (failed ones too)
 
     def size(self):
         return len(self.ranks)
@@ -102,17 +103,33 @@ class CollectiveTable:
             inst = self.instances[token] = cls(self, g, token, kind)
         return inst
 
-    def ensure_communicator(self, rank, g):
-        """ProcessGroupNCCL creates a group's communicator at its first collective (ncclCommInitRank, after a
-        store exchange), blocking the host until every member has arrived there, unless init_process_group got a
-        device_id (then communicators are made eagerly). Ranks that first use two groups in different orders
-        therefore hang on real GPUs; here they wait for each other and the run ends in a Deadlock naming it."""
-        if self.eager_init or g.comm_ready or g.key.startswith("p2p:"):
+    def ensure_communicator(self, rank, g, device):
+        """ProcessGroupNCCL creates a group's communicator for a device at the first collective on that device
+        (ncclCommInitRank, after a store exchange; its communicators are keyed by device), blocking the host until
+        every member has arrived there, unless init_process_group got a device_id (then made eagerly). Ranks that
+        first use two groups in different orders therefore hang on real GPUs; here they wait for each other and
+        the run ends in a Deadlock naming it. NCCL refuses a communicator with two ranks on one GPU ("Duplicate
+        GPU detected", ncclInvalidUsage): the simulated world is one node, so a device index is one GPU, and a
+        script that never calls set_device puts every rank on cuda:0."""
+        if g.key.startswith("p2p:") or device in g.comm_devices:
             return  # (P2P pairs: their set-up inside batched/grouped calls is not modelled)
-        what = f"the NCCL communicator set-up of group {g.name} {g.ranks} (its first collective)"
-        inst = self.instance(("comm", g.key), g, HostRendezvous, "comm")
-        host_arrive(rank, inst, what, ("comm",), None, 0)
-        g.comm_ready = True
+        if self.eager_init and not g.comm_devices:
+            g.comm_devices.append(device)
+            return
+        what = f"the NCCL communicator set-up of group {g.name} {g.ranks} on cuda:{device} (its first collective there)"
+        inst = self.instance(("comm", g.key, g.comm_inits), g, HostRendezvous, "comm")
+        g.comm_inits += 1
+        host_arrive(rank, inst, what, ("comm",), device, 0)
+        on = {}
+        for r in g.ranks:
+            other = on.setdefault(inst.payloads[r], r)
+            if other != r:
+                raise NcclError(f"NCCL error: invalid usage (ncclInvalidUsage) creating the communicator of group "
+                                f"{g.name} {g.ranks}: Duplicate GPU detected: rank {r} and rank {other} both on "
+                                f"CUDA device {inst.payloads[r]}. Each rank needs its own GPU: call "
+                                "torch.cuda.set_device(local_rank) (or init_process_group(device_id=...)) before "
+                                "the first collective.")
+        g.comm_devices.append(device)  # (a failed communicator is not kept: the next call tries again)
 
     # --- messages ---------------------------------------------------------------
     def on_message(self, msg):
@@ -453,7 +470,9 @@ def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op
     Returns (op, the stream it runs on, the current stream, whether that is the internal NCCL stream)."""
     world = rank.world
     table = rank.collectives
-    table.ensure_communicator(rank, g)
+    devs = {o._dev.index for o in list(reads) + list(writes)}
+    dev = rank.device(next(iter(devs))) if devs else rank.device()
+    table.ensure_communicator(rank, g, dev.index)
     token = table.next_token(g)
     inst = table.instance(token, g, Collective, kind)
     frames = capture_frames()
@@ -466,8 +485,6 @@ def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op
         lines.append(f"  rank {rank.rank}: {desc}\n{format_frame_tuples(frame_tuples, '      ')}")
         raise CollectiveMismatch("\n".join(lines))
     inst.register_own(desc, sig, frame_tuples, meta, compute, reads, writes, nbytes)
-    devs = {o._dev.index for o in list(reads) + list(writes)}
-    dev = rank.device(next(iter(devs))) if devs else rank.device()
     host = rank.host
     cur = rank.current_stream(dev.index)
     on_side = world.nccl_profile == "2.7" or async_op

@@ -18,6 +18,11 @@ class CollectiveMismatch(SimulationError):
     """Ranks issued different collectives at the same point of a process group."""
 
 
+class NcclError(SimulationError):
+    """NCCL refused the call (ProcessGroupNCCL raises torch.distributed.DistBackendError; the torch face raises
+    a subclass of both)."""
+
+
 class Deadlock(SimulationError):
     """Every live rank waits for something no other rank will ever do."""
 

@@ -26,8 +26,13 @@ import torch.distributed as dist
 
 from ..engine import collectives as engine
 from ..engine.context import current_rank
-from ..engine.errors import SimulationError, UnsupportedOperation
+from ..engine.errors import NcclError, SimulationError, UnsupportedOperation
 from .tensor import SimTensor
+
+
+class DistBackendError(NcclError, dist.DistBackendError):
+    """What ProcessGroupNCCL raises when NCCL refuses a call (torch.distributed.DistBackendError), as simdist
+    reports it: code that catches torch's type catches this too."""
 
 c10d = dist.distributed_c10d
 _C = torch._C._distributed_c10d
@@ -402,8 +407,13 @@ class SimProcessGroup(dist.ProcessGroup):
         in_flight.prune(rs)
         reads = [_region(t) for t in reads]
         writes = [_region(t) for t in writes]
-        op, stream, cur, on_side = engine.launch_collective(rs, g, kind, desc, sig, reads, writes, compute, async_op,
-                                                            nb, stream_key, meta)
+        try:
+            op, stream, cur, on_side = engine.launch_collective(rs, g, kind, desc, sig, reads, writes, compute,
+                                                                async_op, nb, stream_key, meta)
+        except NcclError as e:
+            if isinstance(e, dist.DistBackendError):
+                raise
+            raise DistBackendError(str(e)) from None
         host = rs.host
         stash = None
         if on_side:
