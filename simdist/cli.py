@@ -133,6 +133,9 @@ def cmd_run(a):
         else:
             res = simdist.run(fn, world_size=world_size, args=args, kwargs=kwargs, **options)
     print(res.report())
+    if getattr(a, "export_witness", None):
+        from simdist.witness import export_from_cli
+        export_from_cli(a, res, script, fn, args, kwargs, options)
     if a.trace:
         res.save_trace(a.trace)
         print(f"trace: {a.trace} (open in https://ui.perfetto.dev)")
@@ -203,6 +206,9 @@ def build_parser():
                    help="call FN(rank, *args), torch.multiprocessing.spawn's convention (simdist.spawn)")
     r.add_argument("--delay-op", default=None, metavar="RANK,STREAM,SEQ,NS",
                    help="delay one op by NS virtual ns (the targeted policy; as printed by simdist hunt)")
+    r.add_argument("--export-witness", default=None, metavar="FILE",
+                   help="write each hazard's smallest delay schedule that damages the values (simdist.witness) "
+                        "as JSON to FILE")
     r.set_defaults(func=cmd_run)
     for ep in sorted(entry_points(group="simdist.commands"), key=lambda e: e.name):
         try:
