@@ -34,6 +34,10 @@ from .session import note_rank, rank_body, release_rank, take_outcome
 
 _ENV = "SIMDIST_RANK_PROCESS"  # host:port:prefix:rank of a rank process started by simdist.run
 PRELOAD = ("simdist.launcher:prepare_fork_server",)
+# SIMDIST_PRELOAD=megatron.core,transformers: libraries the fork server imports too, so that each rank process
+# starts with them imported (a fresh copy each: imported before the fork, as if each process had imported them;
+# only a library whose import reads the rank's environment must not be preloaded)
+PRELOAD_ENV = "SIMDIST_PRELOAD"
 _STOP = b"stop"
 _GO = b"go"
 
@@ -130,7 +134,8 @@ def run_in_processes(fn, spec, args, kwargs):
     store = _local_store()
     prefix = f"simdist/{uuid.uuid4().hex}/"
     put(store, prefix + "config", blob)
-    server = ForkServer.get(PRELOAD)
+    extra = tuple(m.strip() for m in os.environ.get(PRELOAD_ENV, "").split(",") if m.strip())
+    server = ForkServer.get(PRELOAD + extra)
     sys.stdout.flush()
     sys.stderr.flush()
     pids = []
