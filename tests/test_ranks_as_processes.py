@@ -65,6 +65,8 @@ def test_scripts_run_as_processes_by_default(tmp_path):
         sys.path.insert(0, %r)
         import process_programs as P
         dist.init_process_group("nccl")
+        import torch
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         P.REGISTRY.append(dist.get_rank())
         assert P.REGISTRY == [dist.get_rank()], P.REGISTRY
         dist.barrier()

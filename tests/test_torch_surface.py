@@ -247,6 +247,8 @@ def test_a_script_that_consumes_sys_argv_sees_its_own_arguments_on_every_rank(tm
                       "args = sys.argv[1:]\n"
                       "sys.argv = sys.argv[:1]\n"
                       "dist.init_process_group('nccl')\n"
+                      "import os, torch\n"
+                      "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
                       "dist.barrier()\n"
                       "assert args == ['--x', '1'], args\n")
     res = simdist.run_script(str(script), world_size=2, argv=["--x", "1"])

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import pickle
 
-from ..engine.context import set_current_rank
-from ..engine.errors import _Abort
-from ..engine.rank import DONE, RUNNING
-from ..engine.turns import Baton, begin_turn, can_resume, end_turn
-from . import RankHooks
+from ..engine.turns import Baton, end_turn
+from . import RankHooks, TurnTaker
 
 CHUNK = 4 << 20  # torch's libuv TCPStore refuses a value over 8 MiB (and drops the connection)
 
@@ -49,7 +46,7 @@ def take(store, key, delete=False):
     return value
 
 
-class ProcessTransport:
+class ProcessTransport(TurnTaker):
     """Runs the one rank of this process; `store` is shared by the run's processes, `prefix` names the run."""
 
     def __init__(self, world, rank, store, prefix, hooks=None):
@@ -67,73 +64,33 @@ class ProcessTransport:
         self.wait_text = None  # what this rank was waiting for when the run ended (for a Deadlock's text)
         world.transport = self
 
-    # --- the interface -----------------------------------------------------
-    def post(self, dst, msg):
-        self.mail[dst].append(msg)
-
     def run(self, fn):
         """Run fn(rank) on this process's rank, taking turns with the other processes until the run is over."""
-        rs, world = self.me, self.world
-        set_current_rank(rs)
-        try:
-            if rs.rank == 0:
-                self.baton, self.mail, self.sent = Baton(self.n), [[] for _ in range(self.n)], [0] * self.n
-            elif not self._receive():
-                return
-            rs.state = RUNNING
-            self._turn(rs)
-            self.hooks.enter(rs)
-            try:
-                rs.returned = fn(rs.rank)
-            finally:
-                self.hooks.leave(rs)
-            rs.state = DONE
-            progressed = True
-            while self._hand_over(rs, progressed):  # a finished rank keeps serving its device work
-                progressed = self._turn(rs)
-        except _Abort:
-            pass
-        except BaseException as e:  # noqa: BLE001 - reported by the runner naming the rank
-            rs.error = e
-            if world.fatal is None:
-                world.fatal = e
-            self._announce("failed")
-        finally:
-            rs.state = DONE
-            set_current_rank(None)
+        if self.me.rank == 0:
+            self.baton, self.mail, self.sent = Baton(self.n), [[] for _ in range(self.n)], [0] * self.n
+        elif not self._receive():
+            return
+        self._play(self.me, fn)
 
-    def wait(self, me):
-        self.hooks.suspend(me)
-        progressed = True
-        while True:
-            if not self._hand_over(me, progressed):
-                raise _Abort()
-            progressed = self._turn(me)
-            if can_resume(me):
-                break
-        self.hooks.resume(me)
-        me.state = RUNNING
+    def _fail(self, rank, error):
+        self._announce("failed")
 
     # --- turns ----------------------------------------------------------------
-    def _turn(self, rs):
-        m, self.mail[rs.rank] = self.mail[rs.rank], []
-        return begin_turn(rs, self.baton, m)
-
-    def _hand_over(self, rs, progressed):
+    def _hand_over(self, rank, progressed):
         if self.over is not None:
             return False
         try:
-            nxt = end_turn(rs, self.baton, progressed)
+            nxt = end_turn(rank, self.baton, progressed)
         except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if self.world.fatal is None:
                 self.world.fatal = e
-            rs.error = e
+            rank.error = e
             self._announce("failed")
             return False
         if nxt is None:
             self._announce(self.baton.outcome)
             return False
-        if nxt == rs.rank:
+        if nxt == rank.rank:
             return True
         self._send(nxt, {"baton": self.baton, "mail": self.mail, "sent": self.sent})
         self.baton = self.mail = None
@@ -167,4 +124,3 @@ class ProcessTransport:
         for r in range(self.n):
             if r != self.me.rank:
                 self._send(r, {"over": self.over})
-

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import threading
 
-from ..engine.context import set_current_rank
-from ..engine.errors import _Abort
 from ..engine.rank import BLOCKED, DONE, NEW, RUNNING
-from ..engine.turns import Baton, begin_turn, can_resume, end_turn
-from . import RankHooks
+from ..engine.turns import Baton, end_turn
+from . import RankHooks, TurnTaker
 
 
 class _Slot:
@@ -28,7 +26,7 @@ class _Slot:
         self.sem = threading.Semaphore(0)
 
 
-class ThreadTransport:
+class ThreadTransport(TurnTaker):
     def __init__(self, world, hooks=None):
         self.world = world
         self.hooks = hooks or RankHooks()
@@ -43,9 +41,6 @@ class ThreadTransport:
         world.transport = self
 
     # --- the interface -----------------------------------------------------
-    def post(self, dst, msg):
-        self.mail[dst].append(msg)
-
     def run(self, fn):
         """Run fn(rank) on every rank; returns when all are done or the run failed (world.fatal)."""
         self.fn = fn
@@ -58,32 +53,17 @@ class ThreadTransport:
                 if slot.thread is not None:
                     slot.thread.join(timeout=60)
 
-    def wait(self, me):
-        """The running rank waits: take turns (this rank's and, through the baton, the others') until its own
-        wait is over."""
-        self.hooks.suspend(me)
-        progressed = True  # it ran its program since its last turn
-        while True:
-            if not self._hand_over(me, progressed):
-                raise _Abort()
-            progressed = self._turn(me)
-            if can_resume(me):
-                break
-        self.hooks.resume(me)
-        me.state = RUNNING
+    def _fail(self, rank, error):
+        self._end_run()
 
     # --- turns ----------------------------------------------------------------
-    def _turn(self, rs):
-        m, self.mail[rs.rank] = self.mail[rs.rank], []
-        return begin_turn(rs, self.baton, m)
-
-    def _hand_over(self, rs, progressed):
-        """End rs's turn and pass the baton; returns when rs has it again (True) or the run is over (False)."""
+    def _hand_over(self, rank, progressed):
+        """End rank's turn and pass the baton; returns when rank has it again (True) or the run is over (False)."""
         if self.over:
             return False
         world, baton = self.world, self.baton
         try:
-            nxt = end_turn(rs, baton, progressed)
+            nxt = end_turn(rank, baton, progressed)
         except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if world.fatal is None:
                 world.fatal = e
@@ -94,53 +74,32 @@ class ThreadTransport:
                                              [line for r in self.ranks for line in r.collectives.pending_lines()])
             self._end_run()
             return False
-        if nxt != rs.rank:
+        if nxt != rank.rank:
             self._wake(nxt)
-            self.slots[rs.rank].sem.acquire()
+            self.slots[rank.rank].sem.acquire()
         return not self.over
 
     def _wake(self, k):
-        rs = self.ranks[k]
+        rank = self.ranks[k]
         slot = self.slots[k]
-        if rs.state == NEW:
-            rs.state = RUNNING
-            slot.thread = threading.Thread(target=self._main, args=(rs,), name=f"simdist-rank{k}", daemon=True)
+        if rank.state == NEW:
+            rank.state = RUNNING
+            slot.thread = threading.Thread(target=self._main, args=(rank,), name=f"simdist-rank{k}", daemon=True)
             slot.thread.start()
         slot.sem.release()
 
-    def _main(self, rs):
-        world = self.world
-        self.slots[rs.rank].sem.acquire()
-        set_current_rank(rs)
-        try:
-            if self.over:
-                raise _Abort()
-            self._turn(rs)
-            self.hooks.enter(rs)
-            try:
-                rs.returned = self.fn(rs.rank)
-            finally:
-                self.hooks.leave(rs)
-            rs.state = DONE
-            progressed = True
-            while self._hand_over(rs, progressed):  # a finished rank keeps serving its device work
-                progressed = self._turn(rs)
-        except _Abort:
-            pass
-        except BaseException as e:  # noqa: BLE001 - re-raised by the runner naming the rank
-            rs.error = e
-            if world.fatal is None:
-                world.fatal = e
-            self._end_run()
-        finally:
-            rs.state = DONE
-            set_current_rank(None)
+    def _main(self, rank):
+        self.slots[rank.rank].sem.acquire()
+        if not self.over:
+            self._play(rank, self.fn)
+        else:
+            rank.state = DONE
 
     def _end_run(self):
         if self.over:
             return
         self.over = True
         self.finished.set()
-        for rs, slot in zip(self.ranks, self.slots):
-            if rs.state in (BLOCKED, RUNNING, DONE) and slot.thread is not None:
+        for rank, slot in zip(self.ranks, self.slots):
+            if rank.state in (BLOCKED, RUNNING, DONE) and slot.thread is not None:
                 slot.sem.release()
