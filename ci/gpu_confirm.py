@@ -18,9 +18,14 @@ C. fix costs: 8 layers of an 8B Llama (hidden 4096, 32 heads / 8 KV heads, MLP 1
    TP=2), four ways: unsynced side stream, side stream + wait_stream/record_stream, side stream +
    torch.cuda.synchronize(), current stream. Median ms with CUDA events.
 
-Rank 0 writes OUT.md and OUT.json. Agreement: a clean verdict agrees when every rank's digests equal the
-simulator's; a hazard verdict agrees when damage showed in at least one trial. Exit status 1 on any disagreement
-(scenarios listed in KNOWN_SIM_DISAGREEMENTS excepted), 3 when a phase could not run to the end.
+Rank 0 writes OUT.md and OUT.json, the verdicts in the table format of ci/gpu_programs.py (ci/gpu_witness.py
+render_verdicts): a clean simulator verdict *agrees* when every rank's digests equal the simulator's and no salted
+trial shows damage, else it *disagrees*; a hazard verdict is *confirmed* when damage showed in at least one trial
+and *unconfirmed* when none did (listed with why, never counted as agreement). Scenarios that simdist cannot run
+at this world size (its verdict is an error, e.g. point-to-point needs two ranks) are not run, and listed so.
+Exit status 1 on any disagreement (scenarios listed in KNOWN_SIM_DISAGREEMENTS excepted), 3 when a phase could
+not run to the end. The fix-cost phase runs --timing-runs times (default 2); the report gives min / median / max
+over the iterations of each run, and every sample is in the JSON.
 
 Each rank appends its evidence to OUT.rank<r>.jsonl as it goes; `--assemble` builds the report from those files
 (used by ci/nightly-gpu when the job was killed part-way). `--simulate` runs the whole job inside simdist on the CPU
@@ -52,6 +57,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from simdist.properties import scenarios as S  # noqa: E402
+from ci.gpu_witness import VERDICTS, render_verdicts  # noqa: E402
 
 STRATEGIES = ("unsynced", "wait_stream", "wait_stream_per_layer", "synchronize", "current_stream")
 STRATEGY_TEXT = {
@@ -371,7 +377,7 @@ def phase_te(args, ev, rank):
               "te_version": getattr(__import__("transformer_engine"), "__version__", "?")})
 
 
-def phase_timing(args, ev, rank, ws):
+def phase_timing(args, ev, rank, ws, run=0):
     t0 = time.time()
     shapes = llama8b_shapes(ws, args.timing_scale)
     torch.cuda.manual_seed(1234 + rank)
@@ -405,7 +411,7 @@ def phase_timing(args, ev, rank, ws):
                 wrong[st] += sum(0 if torch.equal(o, r) else 1 for o, r in zip(outs, ref))
                 checked[st] += len(outs)
             del outs
-    res = {"type": "timing", "rank": rank, "n_params": n_params, "gathered_bytes": gathered_bytes,
+    res = {"type": "timing", "rank": rank, "run": run, "n_params": n_params, "gathered_bytes": gathered_bytes,
            "layers": args.timing_layers, "shapes": {k: list(v) for k, v in shapes.items()},
            "iters": args.timing_iters, "warmup": args.timing_warmup, "seconds": round(time.time() - t0, 1),
            "strategies": {s: {"median_ms": statistics.median(times[s]), "min_ms": min(times[s]),
@@ -446,6 +452,12 @@ def environment(ws):
 # =========================================================================== the worker (one per rank)
 
 
+def runnable(entry):
+    """A scenario the simulator ran at the corpus's world size (an error there, e.g. a send to a peer that a
+    one-rank world lacks, is a program that cannot run here either)."""
+    return entry.get("verdict") in ("clean", "hazard") or bool(entry.get("known_sim_disagreement"))
+
+
 def worker(args):
     simulate = args.simulate
     local_rank = int(os.environ.get("LOCAL_RANK", "0")) if not simulate else None
@@ -460,7 +472,7 @@ def worker(args):
     with open(args.corpus) as f:
         corpus = json.load(f)
     ev = Evidence(args.out, rank, append=args.append)
-    names = [n for n in corpus["scenarios"] if n in S.SCENARIOS]
+    names = [n for n in corpus["scenarios"] if n in S.SCENARIOS and runnable(corpus["scenarios"][n])]
     if args.names:
         keep = set(args.names.split(","))
         names = [n for n in names if n in keep]
@@ -481,7 +493,9 @@ def worker(args):
     if not simulate:
         phases.append(("transformer_engine", lambda: phase_te(args, ev, rank)))
     if not args.skip_timing:
-        phases.append(("timing", lambda: phase_timing(args, ev, rank, ws)))
+        for run in range(args.timing_runs):
+            phases.append((f"timing{run + 1}" if run else "timing", lambda run=run: phase_timing(args, ev, rank, ws,
+                                                                                                   run)))
     for pname, fn in phases:
         t0 = time.time()
         log(f"phase {pname} ...")
@@ -514,6 +528,33 @@ def _pct(x, base):
     return 100.0 * (x - base) / base if base else float("nan")
 
 
+def _verdict(row):
+    """The verdict of one scenario in the table format of ci/gpu_programs.py (ci/gpu_witness.py VERDICTS)."""
+    row.setdefault("sim", row.get("sim_verdict"))
+    dmg = row.get("damage") or {}
+    row["evidence"] = ("trials " + ", ".join(f"delay {k}: {v}" for k, v in (dmg.get("by_delay") or {}).items())
+                       if dmg else "-")
+    a = row.get("agreement")
+    if row.get("verdict") == "not run":
+        return row
+    if a == "not run":
+        row.update(verdict="incomplete", why="no GPU evidence for it (the job was cut short)")
+    elif a == "ERROR":
+        row.update(verdict="disagree", why=f"the GPU run failed: {str(row.get('gpu_error'))[:200]}")
+    elif a == "unconfirmed":
+        row.update(verdict="unconfirmed", why=f"no damage in {dmg.get('trials')} trials (delays "
+                                              f"{', '.join((dmg.get('by_delay') or {}).keys())} cycles of "
+                                              "torch.cuda._sleep on the producer's stream)")
+    elif a == "agree":
+        if row.get("sim_verdict") == "hazard":
+            row.update(verdict="confirmed", confirmed_by="salted trials", why="")
+        else:
+            row.update(verdict="agree", why="")
+    else:
+        row.update(verdict="disagree", why=f"{a}: simulator {row.get('sim_verdict')}, GPU {row.get('gpu_verdict')}")
+    return row
+
+
 def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), simulate=False):
     with open(corpus_path) as f:
         corpus = json.load(f)
@@ -521,7 +562,7 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
     env = next((r for r in per_rank.get(0, []) if r["type"] == "env"), {})
     scen = {r: {x["name"]: x for x in recs if x["type"] == "scenario"} for r, recs in per_rank.items()}
     san = {r: next((x for x in recs if x["type"] == "sanitizer"), None) for r, recs in per_rank.items()}
-    timing = {r: next((x for x in recs if x["type"] == "timing"), None) for r, recs in per_rank.items()}
+    timing = {r: [x for x in recs if x["type"] == "timing"] for r, recs in per_rank.items()}
     te_recs = [x for recs in per_rank.values() for x in recs if x["type"] == "te"]
     phase_recs = [x for recs in per_rank.values() for x in recs if x["type"] in ("phase", "fatal")]
     done = all(any(x["type"] == "done" for x in per_rank.get(r, [])) for r in range(ws))
@@ -539,7 +580,12 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
                "sim_damage_fraction": e["sim"][corpus["gpu_profile"]].get("damage_fraction"),
                "sim_damage_fraction_delayed": e["sim"][corpus["gpu_profile"]].get("damage_fraction_delayed"),
                "known_sim_disagreement": known, "producer": e.get("producer"), "reference": e.get("reference")}
-        if any(r is None for r in recs):
+        if not runnable(e):
+            errs = [x for p in (e.get("sim") or {}).values() for x in (p.get("errors") or [])][:1]
+            row.update(gpu_verdict="not run", agreement="not run", verdict="not run",
+                       why=f"simdist cannot run it at world size {corpus.get('world_size')} "
+                           f"({errs[0] if errs else 'error'}): it needs more ranks")
+        elif any(r is None for r in recs):
             row.update(gpu_verdict="not run", agreement="not run")
             incomplete.append(name)
         elif any("error" in r for r in recs):
@@ -577,12 +623,14 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
                 k = sum(damaged)
                 row["gpu_verdict"] = f"hazard (damage seen {k}/{len(damaged)})" if k else \
                     f"no damage seen (0/{len(damaged)})"
-                ok = k > 0
+                ok = True  # a race the trials did not show is unconfirmed, not a disagreement (verdict below)
             if sim_v not in ("clean", "hazard"):
                 gpu_says = "clean" if row["gpu_verdict"].startswith("clean") else (
                     "hazard" if row["gpu_verdict"].startswith("hazard") else "?")
                 row["agreement"] = f"known simulator disagreement (simulator: {sim_v}; GPU {gpu_says}, " \
                                    f"expected {expected})"
+            elif ok and treat == "hazard" and not any(damaged):
+                row["agreement"] = "unconfirmed"
             elif ok:
                 row["agreement"] = "agree"
             elif known:
@@ -605,24 +653,38 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
                 row["sanitizer_exception"] = exc[0]
             row["sanitizer"] = (f"flags ({n})" if n else "clean") + (" + exception" if exc else "")
             row["sanitizer_agrees_expected"] = (n > 0) == (expected == "hazard")
+        _verdict(row)
         rows.append(row)
-    # timing
+    # timing: every run's samples; the slowest rank sets each iteration's pace
     tim = None
-    trs = [timing.get(r) for r in range(ws) if timing.get(r)]
-    if trs:
-        t0 = trs[0]
-        base = max(t["strategies"]["unsynced"]["median_ms"] for t in trs)
+    runs = sorted({t.get("run", 0) for r in range(ws) for t in timing.get(r, [])})
+    if runs:
+        t0 = next(t for r in range(ws) for t in timing.get(r, []))
+        per_run = []
+        for run in runs:
+            trs = [t for r in range(ws) for t in timing.get(r, []) if t.get("run", 0) == run]
+            strat = {}
+            for s_ in STRATEGIES:
+                samples = [max(xs) for xs in zip(*[t["strategies"][s_]["times_ms"] for t in trs])]
+                strat[s_] = {"times_ms": samples, "min_ms": min(samples), "median_ms": statistics.median(samples),
+                             "max_ms": max(samples),
+                             "per_rank_times_ms": [t["strategies"][s_]["times_ms"] for t in trs],
+                             "wrong_params": sum(t["strategies"][s_]["wrong_params"] for t in trs),
+                             "params_checked": sum(t["strategies"][s_]["params_checked"] for t in trs)}
+            per_run.append({"run": run + 1, "strategies": strat, "seconds": [t.get("seconds") for t in trs]})
         strat = {}
-        for s in STRATEGIES:
-            med = max(t["strategies"][s]["median_ms"] for t in trs)  # the slowest rank sets the pace
-            strat[s] = {"median_ms": med, "per_rank_median_ms": [t["strategies"][s]["median_ms"] for t in trs],
-                        "overhead_pct": _pct(med, base),
-                        "wrong_params": sum(t["strategies"][s]["wrong_params"] for t in trs),
-                        "params_checked": sum(t["strategies"][s]["params_checked"] for t in trs),
-                        "text": STRATEGY_TEXT[s]}
+        for s_ in STRATEGIES:
+            pooled = [x for pr in per_run for x in pr["strategies"][s_]["times_ms"]]
+            strat[s_] = {"text": STRATEGY_TEXT[s_], "median_ms": statistics.median(pooled), "min_ms": min(pooled),
+                         "max_ms": max(pooled),
+                         "wrong_params": sum(pr["strategies"][s_]["wrong_params"] for pr in per_run),
+                         "params_checked": sum(pr["strategies"][s_]["params_checked"] for pr in per_run)}
+        base = strat["unsynced"]["median_ms"]
+        for s_ in STRATEGIES:
+            strat[s_]["overhead_pct"] = _pct(strat[s_]["median_ms"], base)
         tim = {"layers": t0["layers"], "n_params_per_rank": t0["n_params"],
                "gathered_gb_per_rank": t0["gathered_bytes"] / 1e9, "shapes": t0["shapes"], "iters": t0["iters"],
-               "warmup": t0["warmup"], "strategies": strat}
+               "warmup": t0["warmup"], "tp": ws, "runs": per_run, "strategies": strat}
     phase_fail = [x for x in phase_recs if x["type"] == "fatal" or not x.get("ok", True)]
     n_agree = sum(1 for r in rows if r["agreement"] == "agree")
     exit_code = 1 if disagreements else 0
@@ -637,6 +699,7 @@ def assemble(out, corpus_path, ws, phases=("scenarios", "sanitizer", "timing"), 
                    "simdist": corpus.get("simdist"), "seeds": corpus.get("seeds"), "profiles": corpus.get("profiles"),
                    "world_size": corpus.get("world_size")},
         "summary": {"scenarios": len(rows), "agree": n_agree,
+                    "verdicts": {v: sum(1 for r in rows if r.get("verdict") == v) for v in VERDICTS},
                     "disagree": sum(1 for r in rows if r["agreement"] in ("DISAGREE", "ERROR")),
                     "known_sim_disagreements": sum(1 for r in rows if r["agreement"].startswith("known")),
                     "not_run": len(incomplete),
@@ -676,46 +739,47 @@ def render_md(rep):
           f"{rep['corpus']['simdist']} on torch {rep['corpus']['torch']}, seeds {len(rep['corpus']['seeds'] or [])}, "
           f"NCCL profiles {', '.join(rep['corpus']['profiles'] or [])})",
           "",
-          f"**{s['agree']}/{s['scenarios']} scenarios agree** with the simulator; {s['disagree']} disagree; "
-          f"{s['known_sim_disagreements']} known simulator disagreement(s); {s['not_run']} not run. "
+          f"{s['scenarios']} scenarios: " + ", ".join(f"{k} {v}" for k, v in (s.get("verdicts") or {}).items()) +
+          f"; {s['known_sim_disagreements']} known simulator disagreement(s). "
           f"PyTorch's CUDA sanitizer matches the expected verdict in {s['sanitizer_agrees_expected']}/{s['scenarios']}"
           f" (misses: {', '.join(s['sanitizer_misses']) or 'none'}; false alarms: "
           f"{', '.join(s['sanitizer_false_alarms']) or 'none'}). Exit status {rep['exit_code']}.", "",
-          "Agreement: a clean simulator verdict agrees when every rank's output digest equals the simulator's (delay 0 "
-          "and with 2e6 cycles on the producer's stream) and no salted trial differs from its reference; a hazard "
-          "verdict agrees when at least one of the K trials showed damage (outputs differing from the clean reference "
-          "run with the same inputs on some rank). Damage is given as seen/trials, per delay in cycles.", "",
-          "## Scenarios", "",
-          "| scenario | expected | simdist 2.8 / 2.7 (kinds) | sim damage d0 / delayed | GPU | damage by delay "
-          "| CUDA sanitizer | agreement |",
-          "|---|---|---|---|---|---|---|---|"]
+          "A clean simulator verdict agrees when every rank's output digest equals the simulator's (delay 0 and with "
+          "2e6 cycles on the producer's stream) and no salted trial differs from its reference; a hazard verdict is "
+          "confirmed when at least one of the K trials showed damage (outputs differing from the clean reference run "
+          "with the same inputs on some rank), unconfirmed when none did. Damage is given as seen/trials, per delay "
+          "in cycles.", "",
+          "## Scenarios", ""]
     for r in rep["scenarios"]:
-        vb = r.get("sim_verdict_by_profile") or {}
-        sv = " / ".join(vb.values()) if vb else str(r["sim_verdict"])
-        kinds = f" ({', '.join(r['sim_kinds'])})" if r.get("sim_kinds") else ""
-        sd = r.get("sim_damage_fraction")
-        sdd = r.get("sim_damage_fraction_delayed")
-        simd = "-" if sd is None else f"{sd:.2f} / {'-' if sdd is None else f'{sdd:.2f}'}"
-        dmg = r.get("damage") or {}
-        byd = ", ".join(f"{k}: {v}" for k, v in (dmg.get("by_delay") or {}).items()) or "-"
-        L.append(f"| {r['name']} | {r['expected']} | {sv}{kinds} | {simd} | {r.get('gpu_verdict')} | {byd} | "
-                 f"{r.get('sanitizer', '-')} | {r['agreement']} |")
+        r.setdefault("world_size", env.get("world_size", rep["corpus"].get("world_size")))
+    L += render_verdicts(rep["scenarios"], extra_cols=(
+        ("simdist damage d0 / delayed", lambda r: "-" if r.get("sim_damage_fraction") is None else
+         f"{r['sim_damage_fraction']:.2f} / " + ("-" if r.get("sim_damage_fraction_delayed") is None
+                                                 else f"{r['sim_damage_fraction_delayed']:.2f}")),
+        ("CUDA sanitizer", lambda r: r.get("sanitizer", "-"))), witness=False)
     L.append("")
     tim = rep.get("timing")
     if tim:
         L += ["## Fix cost: 8B-like conversion (dequantize blockwise FP8 -> bf16, all_gather_into_tensor)", "",
-              f"{tim['layers']} layers of Llama-3-8B shards (q,k,v,o,gate,up,down), "
-              f"{tim['n_params_per_rank'] / 1e6:.0f}M "
-              f"FP8 params per rank, {tim['gathered_gb_per_rank']:.2f} GB of bf16 gathered per rank; median of "
-              f"{tim['iters']} iterations after {tim['warmup']} warm-up, strategies interleaved, CUDA events on the "
-              "current stream (end after waiting for the side stream), slowest rank.", "",
-              "| strategy | median ms | overhead vs unsynced | per-rank medians | wrong params vs reference |",
-              "|---|---|---|---|---|"]
+              f"{tim['layers']} layers of Llama-3-8B shards (q,k,v,o,gate,up,down) at TP={tim.get('tp', '?')}, "
+              f"{tim['n_params_per_rank'] / 1e6:.0f}M FP8 params per rank, {tim['gathered_gb_per_rank']:.2f} GB of bf16 "
+              f"gathered per rank; {len(tim.get('runs') or [])} run(s) of {tim['iters']} iterations after "
+              f"{tim['warmup']} warm-up, strategies interleaved, CUDA events on the current stream (end after "
+              "waiting for the side stream), the slowest rank per iteration. min / median / max over each run's "
+              "iterations; overhead from the median of all iterations; every sample is in the JSON.", ""]
+        if tim.get("tp") == 1:
+            L += ["With TP=1 (one GPU) the all_gather_into_tensor is NCCL's one-rank copy: these are the costs of "
+                  "dequantize + copy on one GPU, not the 2-GPU figures of earlier reports.", ""]
+        runs = tim.get("runs") or []
+        head = "| strategy | " + " | ".join(f"run {r['run']}: min / median / max ms" for r in runs) + \
+            " | median, all runs | overhead vs unsynced | wrong params vs reference |"
+        L += [head, "|" + "---|" * (4 + len(runs))]
         for st, v in tim["strategies"].items():
-            L.append(f"| {st}: {v['text']} | {v['median_ms']:.2f} | {v['overhead_pct']:+.1f}% | "
-                     f"{', '.join(f'{x:.2f}' for x in v['per_rank_median_ms'])} | "
-                     f"{v['wrong_params']}/{v['params_checked']} |")
-        L += ["", "Wrong params: gathered outputs (summed over ranks and measured iterations) differing from a "
+            cells = [f"{r['strategies'][st]['min_ms']:.2f} / {r['strategies'][st]['median_ms']:.2f} / "
+                     f"{r['strategies'][st]['max_ms']:.2f}" for r in runs]
+            L.append(f"| {st}: {v['text']} | " + " | ".join(cells) + f" | {v['median_ms']:.2f} | "
+                     f"{v['overhead_pct']:+.1f}% | {v['wrong_params']}/{v['params_checked']} |")
+        L += ["", "Wrong params: gathered outputs (summed over ranks, runs and measured iterations) differing from a "
               "current-stream reference. For the unsynced variant it is a lower bound: the caching allocator can "
               "hand an iteration the blocks of the previous one, whose stale bytes may already be the right answer.",
               ""]
@@ -800,6 +864,7 @@ def parse(argv=None):
     p.add_argument("--timing-layers", type=int, default=8)
     p.add_argument("--timing-iters", type=int, default=10)
     p.add_argument("--timing-warmup", type=int, default=3)
+    p.add_argument("--timing-runs", type=int, default=2, help="fix-cost runs (each --timing-iters iterations)")
     p.add_argument("--timing-scale", type=int, default=1, help="divide the 8B shapes by this (dry runs)")
     p.add_argument("--nccl-timeout", type=int, default=180)
     p.add_argument("--deadline", type=int, default=0, help="hard stop after this many seconds (0: none)")

@@ -1,16 +1,32 @@
-"""Run the program corpus (tests/corpus/) on real GPUs with NCCL and cross-check simdist's verdicts.
+"""Run a folder of programs (the corpus format: simdist/properties/programs.py) on real GPUs with NCCL and check
+simdist's verdicts against what the GPU shows, hazards through simdist's own witness schedules.
 
-    NCCL_NVLS_ENABLE=0 python3 ci/gpu_programs.py --sim docs/gpu/programs-sim.json --out report-programs
+    python ci/gpu_programs.py --export-sim docs/gpu/programs-sim.json [--dir DIR ...]       # CPU, simdist
+    NCCL_NVLS_ENABLE=0 python3 ci/gpu_programs.py --sim docs/gpu/programs-sim.json --out report-programs [--dir DIR]
 
-Each program runs unmodified, one process per GPU (as torchrun would start it), in four passes:
-  reference  CUDA_LAUNCH_BLOCKING=1: every launch completes before the host goes on, so no two kernels overlap
-             and no race can damage anything; its output is the right answer;
-  plain      as written;
-  slow-side  every op issued on a non-default stream is preceded by torch.cuda._sleep (a slow side stream);
-  slow-main  every op issued on the default stream is preceded by torch.cuda._sleep (a slow main stream).
-A clean program must pass its own asserts and print the reference output in every pass; a hazard program is
-confirmed when some pass prints something other than the reference (or fails its asserts): damage on a GPU.
-simdist's verdicts (made on the CPU: `--export-sim`) are compared with both. Exit 0 when every verdict agrees.
+CPU side (--export-sim): every program of the folders (default tests/corpus; any folder of programs in the format
+works: tests/corpus/incidents, a user's own) whose docstring expects clean or hazard and whose NCCL profile is the
+GPU's (2.8 or unnamed), in simdist: seeds 0..9 for the verdict, then for each hazard its witness
+(simdist/witness.py: the smallest Targeted delay schedule that makes it observed), simdist's op log of the run
+without jitter (what ci/gpu_witness.py's hook must count on the GPU), and the hook's own check inside simdist
+(its counts equal that op log; the witness replayed through its sleeps is observed).
+
+GPU side, one process per rank (as torchrun starts them), programs of world size <= the GPUs (one GPU per rank:
+NCCL); each program unmodified, in two process passes:
+  reference  CUDA_LAUNCH_BLOCKING=1: no two kernels overlap, no race can damage anything: the right answer;
+  run        plain     as written, under the counting hook (its per-stream op log is compared with simdist's);
+             slow-side / slow-main  torch.cuda._sleep before every op on a non-default / the default stream;
+             witness   each hazard's witness: the hook sleeps delay_ns x 1.98 x SCALE cycles on the named
+                       stream before the named op (SCALE 1, 10, 100: a GPU is not simdist's cost model), TRIALS each.
+A trial is damaged when a rank's output differs from the reference's or the program fails (its asserts).
+Verdicts, one table format with ci/gpu_confirm.py (ci/gpu_witness.py render_verdicts):
+  confirmed    simdist: hazard; damage seen on the GPU (by the witness, or only by another pass: said which);
+  unconfirmed  simdist: hazard; no damage seen, listed with why (no witness; the hook did not reach the named op;
+               the witness ran but the outputs equal the reference): never counted as agreement;
+  agree        simdist: clean; the GPU correct in every pass;
+  disagree     simdist: clean; damaged or failing on the GPU (or simdist: error while the GPU ran it).
+Programs that need more GPUs than the machine has are listed as not run, with why. Every trial's raw result
+(stdout, error, seconds, sleeps issued) is in OUT.json; the evidence files are in OUT.d/.
 """
 from __future__ import annotations
 
@@ -30,46 +46,94 @@ sys.path.insert(0, ROOT)
 from ci.source_tree import use_source_tree  # noqa: E402
 
 use_source_tree()
-from simdist.properties.programs import corpus_paths, parse  # noqa: E402  (the corpora and their docstring fields)
-PASSES = ("reference", "plain", "slow-side", "slow-main")
+from simdist.properties.programs import corpus_paths, parse, run_options  # noqa: E402
 
-
+SCALES = (1, 10, 100)
 ONLY = os.environ.get("GPU_PROGRAMS_ONLY", "")  # comma-separated name substrings (a partial re-run)
 
 
-def programs(world_size):
-    """The clean and hazard programs of the corpora for this world size, one GPU per rank, torch >= 2.8."""
+def programs(dirs, world_sizes=None):
+    """The clean and hazard programs of the folders for the GPU's NCCL semantics (2.8 or unnamed), one GPU per
+    rank (no DEVICE_COUNT), optionally only those of the given world sizes."""
     out = []
-    for p in corpus_paths(os.path.join(ROOT, "tests", "corpus")):
+    for p in corpus_paths(*dirs):
         m = parse(p)
-        if (m["world_size"] == world_size and m["nccl"] in (None, "2.8") and m["device_count"] is None
-                and m["expected"] in ("clean", "hazard")
+        if (m["nccl"] in (None, "2.8") and m["expected"] in ("clean", "hazard")
+                and (world_sizes is None or m["world_size"] in world_sizes)
                 and (not ONLY or any(o in m["name"] for o in ONLY.split(",")))):
             out.append(m)
     return out
 
 
-# ----------------------------------------------------------------------------- simdist side (CPU)
-def export_sim(path, seeds=10, world_size=2):
+def _rel(p):
+    p = os.path.abspath(p)
+    return os.path.relpath(p, ROOT) if p.startswith(ROOT + os.sep) else p
+
+
+# ============================================================================ simdist side (CPU)
+class _Hazards:
+    def __init__(self, res, hazards):
+        self.hazards, self.replay, self.nccl, self.world_size = hazards, res.replay, res.nccl, res.world_size
+
+
+def export_sim(path, dirs, seeds=10, log=print):
     import simdist
-    res = {}
-    for m in programs(world_size):
-        kinds, errors = set(), []
+    from ci import gpu_witness as gw
+    from simdist import witness
+    res_all = {}
+    t_all = time.perf_counter()
+    for m in programs(dirs):
+        t0 = time.perf_counter()
+        ws, opts = m["world_size"], run_options(m)
+        kinds, errors, seen, first = set(), [], {}, None
         for seed in range(seeds):
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    r = simdist.run_script(m["path"], world_size=world_size, seed=seed)
+                    r = simdist.run_script(m["path"], world_size=ws, seed=seed, **opts)
+                first = first or r
                 kinds |= {h.kind for h in r.hazards}
+                for h in r.hazards:
+                    seen.setdefault(h.key, h)
             except Exception as e:  # noqa: BLE001
                 errors.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        res[m["name"]] = {"verdict": "error" if errors else ("hazard" if kinds else "clean"),
-                          "kinds": sorted(kinds), "errors": errors[:1]}
+        rec = {"path": _rel(m["path"]), "world_size": ws, "expected": m["expected"], "expected_kinds": m["kinds"],
+               "device_count": m["device_count"], "seeds": seeds,
+               "verdict": "error" if errors else ("hazard" if kinds else "clean"), "kinds": sorted(kinds),
+               "errors": errors[:1]}
+        if not errors and m["device_count"] is None:
+            def runner(policy, m=m, ws=ws, opts=opts):
+                return simdist.run_script(m["path"], world_size=ws, policy=policy, **opts)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    base = simdist.run_script(m["path"], world_size=ws, policy=simdist.NoJitter(), **opts)
+                rec["op_log"] = {str(r): {} for r in range(ws)}
+                for (rk, stream), ops in gw.sim_op_log(base).items():
+                    rec["op_log"][str(rk)][stream] = [[q, n] for q, n in ops]
+                if seen:
+                    entries, stats = witness.find(runner, _Hazards(first, list(seen.values())))
+                    doc = witness.export(os.devnull, first, entries, stats, target=_rel(m["path"]), world_size=ws)
+                    rec["witness_file"] = doc
+                chk = gw.check_counts([m], {m["name"]: rec.get("witness_file")}, log=lambda s: None)[0]
+                rec["hook_check"] = {k: v for k, v in chk.items() if k not in ("name", "world_size")}
+            except Exception as e:  # noqa: BLE001
+                rec["witness_error"] = f"{type(e).__name__}: {e}"[:300]
+        rec["seconds"] = round(time.perf_counter() - t0, 2)
+        res_all[m["name"]] = rec
+        wf = rec.get("witness_file") or {}
+        n_w = sum(h["witness"] is not None for h in wf.get("hazards", []))
+        log(f"{m['name']}: {rec['verdict']} {rec['kinds'] or ''} witnesses {n_w}/{len(wf.get('hazards', []))} "
+            f"hook counts {'match' if (rec.get('hook_check') or {}).get('counts_match') else 'DIFFER'} "
+            f"({rec['seconds']} s)")
+    import torch
+    doc = {"generated": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "seeds": seeds,
+           "dirs": [_rel(d) for d in dirs], "seconds": round(time.perf_counter() - t_all, 1), "programs": res_all}
     with open(path, "w") as f:
-        json.dump({"seeds": seeds, "world_size": world_size, "programs": res}, f, indent=1, sort_keys=True)
-    return res
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.write("\n")
+    return res_all
 
 
-# ----------------------------------------------------------------------------- GPU side
+# ============================================================================ GPU side
 class _Slow:
     """A dispatch mode that puts torch.cuda._sleep before every CUDA op issued on the chosen kind of stream."""
 
@@ -88,6 +152,13 @@ class _Slow:
                 return func(*args, **kwargs)
         self.mode = Mode()
 
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
     @staticmethod
     def _cuda_op(args, kwargs):
         import torch
@@ -102,37 +173,65 @@ class _Slow:
         return False
 
 
+def jobs_for(pass_name, metas, sim, trials, scales):
+    """The runs of one pass, identical on every rank (each rank runs the same sequence, as NCCL needs)."""
+    out = []
+    for m in metas:
+        if pass_name == "reference":
+            out.append({"name": m["name"], "path": m["path"], "mode": "reference"})
+            continue
+        for mode in ("plain", "slow-side", "slow-main"):
+            out.append({"name": m["name"], "path": m["path"], "mode": mode})
+        wf = (sim.get(m["name"]) or {}).get("witness_file") or {}
+        for hi, h in enumerate(wf.get("hazards", [])):
+            w = h.get("witness")
+            if not w or not w["delays"]:
+                continue
+            for sc in scales:
+                for t in range(trials):
+                    out.append({"name": m["name"], "path": m["path"], "mode": "witness", "hazard": hi,
+                                "delays": w["delays"], "scale": sc, "trial": t})
+    return out
+
+
 def _alarm(signum, frame):
     raise TimeoutError("program timed out")
 
 
-def worker(rank, world_size, pass_name, out_dir, cycles, timeout, port_base):
+def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_base):
     if pass_name == "reference":
         os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
     import runpy
+
     import torch
     import torch.distributed as dist
+
+    from ci.gpu_witness import OpHook
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1")
     signal.signal(signal.SIGALRM, _alarm)
-    recs = []
-    for i, m in enumerate(programs(world_size)):
-        os.environ["MASTER_PORT"] = str(port_base + i)
-        # each program gets what a fresh process has: generators at c10's default seed, default streams
-        torch.manual_seed(67280421310721)
+    f = open(os.path.join(out_dir, f"{pass_name}.ws{world_size}.rank{rank}.jsonl"), "w")
+    for i, job in enumerate(jobs):
+        os.environ["MASTER_PORT"] = str(port_base + i % 20000)
+        torch.manual_seed(67280421310721)  # what a fresh process has: c10's default seed
         torch.cuda.set_device(rank)
         buf = io.StringIO()
-        rec = {"name": m["name"], "pass": pass_name, "rank": rank}
+        rec = {k: v for k, v in job.items() if k not in ("path", "delays")}
+        rec.update(rank=rank, world_size=world_size)
+        mode = job["mode"]
+        hook = None
+        if mode in ("plain", "witness"):
+            hook = OpHook(rank, job.get("delays", ()), job.get("scale", 1), keep_log=mode == "plain")
+        ctx = hook if hook is not None else (_Slow(mode == "slow-side", cycles) if mode.startswith("slow")
+                                             else contextlib.nullcontext())
+        old_argv = sys.argv
+        sys.argv = [job["path"]]
         t = time.perf_counter()
-        slow = _Slow(pass_name == "slow-side", cycles) if pass_name.startswith("slow") else None
         signal.alarm(timeout)
         try:
             with contextlib.redirect_stdout(buf):
-                if slow is not None:
-                    with slow.mode:
-                        runpy.run_path(m["path"], run_name="__main__")
-                else:
-                    runpy.run_path(m["path"], run_name="__main__")
+                with ctx:
+                    runpy.run_path(job["path"], run_name="__main__")
             torch.cuda.synchronize()
             rec["ok"] = True
         except SystemExit as e:
@@ -145,147 +244,171 @@ def worker(rank, world_size, pass_name, out_dir, cycles, timeout, port_base):
             rec["tb"] = traceback.format_exc()[-1500:]
         finally:
             signal.alarm(0)
+            sys.argv = old_argv
+        rec["seconds"] = round(time.perf_counter() - t, 4)
         try:
             if dist.is_initialized():
                 dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass
         rec["stdout"] = buf.getvalue()[-4000:]
-        rec["seconds"] = round(time.perf_counter() - t, 3)
-        recs.append(rec)
+        if hook is not None:
+            rec["hook"] = hook.summary()
+            if mode == "plain":
+                log = {}
+                for e in hook.log:
+                    if e[2] != "_sleep":
+                        log.setdefault(e[0], []).append([e[1], e[2]])
+                rec["op_log"] = log
+        f.write(json.dumps(rec) + "\n")
+        f.flush()
         if rec.get("error", "").startswith("TimeoutError"):
             break  # the peers are out of step now: end the pass
-    with open(os.path.join(out_dir, f"{pass_name}.rank{rank}.jsonl"), "w") as f:
-        for r in recs:
-            f.write(json.dumps(r) + "\n")
+    f.close()
 
 
-def run_pass(pass_name, world_size, out_dir, cycles, timeout, port_base):
+def run_pass(pass_name, world_size, out_dir, jobs, cycles, timeout, port_base):
     import torch.multiprocessing as mp
-    mp.start_processes(worker, args=(world_size, pass_name, out_dir, cycles, timeout, port_base),
+    mp.start_processes(worker, args=(world_size, pass_name, out_dir, jobs, cycles, timeout, port_base),
                        nprocs=world_size, join=True, start_method="spawn")
 
 
-# ----------------------------------------------------------------------------- report
+# ============================================================================ report
 def _norm(s):
     return re.sub(r"\s+", " ", s).strip()
 
 
-def assemble(out_dir, sim, world_size):
-    by = {}
-    for p in PASSES:
-        for r in range(world_size):
-            f = os.path.join(out_dir, f"{p}.rank{r}.jsonl")
-            if not os.path.exists(f):
-                continue
-            for line in open(f):
-                rec = json.loads(line)
-                by.setdefault(rec["name"], {}).setdefault(p, {})[r] = rec
+def _read(out_dir, pass_name, ws):
+    recs = []
+    for r in range(ws):
+        p = os.path.join(out_dir, f"{pass_name}.ws{ws}.rank{r}.jsonl")
+        if os.path.exists(p):
+            with open(p) as f:
+                recs += [json.loads(line) for line in f if line.strip()]
+    return recs
+
+
+def _sim_log_diff(sim_log, gpu_logs):
+    """None when the GPU hook's per-stream op log equals simdist's on every rank, else the first difference."""
+    for r, g in sorted(gpu_logs.items()):
+        s = sim_log.get(str(r), {})
+        for stream in sorted(set(s) | set(g)):
+            a = [tuple(x) for x in s.get(stream, [])]
+            b = [tuple(x) for x in g.get(stream, [])]
+            if a != b:
+                i = next(i for i in range(max(len(a), len(b))) if (a[i:i + 1] or [None]) != (b[i:i + 1] or [None]))
+                return (f"rank {r} {stream}: op {i + 1}: simdist {a[i] if i < len(a) else None}, GPU hook "
+                        f"{b[i] if i < len(b) else None} (simdist {len(a)} ops, GPU {len(b)})")
+    return None
+
+
+def assemble(out_dir, sim, metas, not_run):
+    from ci.gpu_witness import verdict_row
     rows = []
-    for m in programs(world_size):
-        ev = by.get(m["name"], {})
-        ref = ev.get("reference", {})
-        ref_ok = len(ref) == world_size and all(x["ok"] for x in ref.values())
-        damaged, failed, ran = [], [], []
-        for p in PASSES[1:]:
-            recs = ev.get(p, {})
-            if len(recs) < world_size:
-                continue
-            ran.append(p)
-            if not all(x["ok"] for x in recs.values()):
-                failed.append(p)
-            elif ref_ok and any(_norm(recs[r]["stdout"]) != _norm(ref[r]["stdout"]) for r in recs):
-                damaged.append(p)
-        s = (sim or {}).get(m["name"], {})
-        sim_v = s.get("verdict")
-        if not ref_ok or len(ran) < len(PASSES) - 1:
-            gpu = "incomplete"
-        elif m["expected"] == "clean":
-            gpu = "clean" if not damaged and not failed else "damaged"
-        else:
-            gpu = "damaged" if damaged or failed else "not shown"
-        if m["expected"] == "clean":
-            agree = sim_v == "clean" and gpu == "clean"
-        else:  # a race the GPU did not show in these passes is not a disagreement: timing can hide it
-            agree = sim_v == "hazard" and gpu in ("damaged", "not shown")
-        rows.append({"name": m["name"], "expected": m["expected"], "kinds": m["kinds"], "sim": sim_v,
-                     "sim_kinds": s.get("kinds", []), "gpu": gpu, "damaged_in": damaged, "failed_in": failed,
-                     "agree": agree, "reference_error": None if ref_ok else
-                     next((x.get("error") for x in ref.values() if not x["ok"]), "missing")})
+    for ws in sorted({m["world_size"] for m in metas}):
+        ref = {}
+        for x in _read(out_dir, "reference", ws):
+            ref.setdefault(x["name"], {})[x["rank"]] = x
+        runs = {}
+        for x in _read(out_dir, "run", ws):
+            runs.setdefault(x["name"], []).append(x)
+        for m in [m for m in metas if m["world_size"] == ws]:
+            s = sim.get(m["name"]) or {}
+            rref = ref.get(m["name"], {})
+            ref_ok = len(rref) == ws and all(x["ok"] for x in rref.values())
+            trials = []
+            for x in runs.get(m["name"], []):
+                damaged = (not x["ok"]) or (ref_ok and _norm(x["stdout"]) != _norm(rref[x["rank"]]["stdout"]))
+                trials.append({k: x.get(k) for k in ("mode", "hazard", "scale", "trial", "rank", "ok", "error",
+                                                     "seconds")} | {"damaged": damaged,
+                                                                    "sleeps": (x.get("hook") or {}).get("sleeps"),
+                                                                    "stdout_tail": x["stdout"][-300:]})
+            plain = [x for x in runs.get(m["name"], []) if x["mode"] == "plain"]
+            gpu_diff = _sim_log_diff(s.get("op_log") or {}, {x["rank"]: x.get("op_log") or {} for x in plain}) \
+                if plain and s.get("op_log") is not None else "no simdist op log"
+            row = {"name": m["name"], "world_size": ws, "expected": m["expected"], "sim": s.get("verdict"),
+                   "sim_kinds": s.get("kinds", []), "reference_ok": ref_ok,
+                   "reference_error": None if ref_ok else next((x.get("error") for x in rref.values()
+                                                               if not x["ok"]), "missing"),
+                   "gpu_counts_match": gpu_diff is None, "gpu_counts_first_difference": gpu_diff,
+                   "cpu_counts_match": (s.get("hook_check") or {}).get("counts_match"),
+                   "reference_seconds": [x["seconds"] for x in rref.values()], "trials": trials}
+            rows.append(verdict_row(row, s.get("witness_file")))
+    for m, why in not_run:
+        s = sim.get(m["name"]) or {}
+        rows.append({"name": m["name"], "world_size": m["world_size"], "expected": m["expected"],
+                     "sim": s.get("verdict"), "sim_kinds": s.get("kinds", []), "verdict": "not run", "why": why,
+                     "trials": []})
     return rows
-
-
-def write_report(rows, prefix, info):
-    n = len(rows)
-    agree = sum(r["agree"] for r in rows)
-    hz = [r for r in rows if r["expected"] == "hazard"]
-    shown = sum(r["gpu"] == "damaged" for r in hz)
-    clean = [r for r in rows if r["expected"] == "clean"]
-    clean_ok = sum(r["gpu"] == "clean" for r in clean)
-    L = [f"# Program corpus on real GPUs ({info.get('date', '')})", "",
-         f"{info.get('device', '')}; torch {info.get('torch', '')}, NCCL {info.get('nccl', '')}; "
-         f"{info.get('seconds', 0):.0f} s.", "",
-         f"- verdicts agreeing with simdist: **{agree}/{n}**",
-         f"- clean programs correct on the GPU in every pass (their asserts and the reference output): "
-         f"{clean_ok}/{len(clean)}",
-         f"- hazard programs whose damage showed on the GPU (output differs from the launch-blocking reference "
-         f"or asserts fail): {shown}/{len(hz)}", "",
-         "| program | expected | simdist (kinds) | GPU | damage in passes |", "|---|---|---|---|---|"]
-    for r in rows:
-        k = f" ({', '.join(r['sim_kinds'])})" if r["sim_kinds"] else ""
-        d = ", ".join(r["damaged_in"] + [f"{p} (assert)" for p in r["failed_in"]]) or "-"
-        mark = "" if r["agree"] else " **DISAGREE**"
-        L.append(f"| {r['name']} | {r['expected']} | {r['sim']}{k} | {r['gpu']}{mark} | {d} |")
-    with open(prefix + ".md", "w") as f:
-        f.write("\n".join(L) + "\n")
-    with open(prefix + ".json", "w") as f:
-        json.dump({"info": info, "rows": rows}, f, indent=1)
-    print("\n".join(L))
-    return agree == n
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--export-sim", help="CPU side: run the corpus in simdist and write its verdicts here")
+    ap.add_argument("--export-sim", help="CPU side: run the programs in simdist and write verdicts and witnesses")
     ap.add_argument("--sim", default=os.path.join(ROOT, "docs", "gpu", "programs-sim.json"))
+    ap.add_argument("--dir", action="append", default=None,
+                    help="a folder of programs in the corpus format (repeatable; default tests/corpus)")
     ap.add_argument("--out", default="report-programs", help="report prefix (OUT.md, OUT.json; evidence in OUT.d/)")
-    ap.add_argument("--nproc", type=int, default=0)
+    ap.add_argument("--nproc", type=int, default=0, help="GPUs to use (default: all visible)")
     ap.add_argument("--cycles", type=int, default=20_000_000, help="torch.cuda._sleep cycles of the slow passes")
-    ap.add_argument("--timeout", type=int, default=60, help="seconds per program")
-    ap.add_argument("--passes", default=",".join(PASSES))
+    ap.add_argument("--trials", type=int, default=2, help="trials of each witness at each scale")
+    ap.add_argument("--scales", default=",".join(map(str, SCALES)), help="witness delay scales")
+    ap.add_argument("--timeout", type=int, default=60, help="seconds per program run")
+    ap.add_argument("--seeds", type=int, default=10, help="simdist seeds per program (--export-sim)")
     ap.add_argument("--assemble", action="store_true", help="only write the report from OUT.d/ evidence")
     a = ap.parse_args(argv)
+    dirs = [os.path.abspath(d) for d in (a.dir or [os.path.join(ROOT, "tests", "corpus")])]
     if a.export_sim:
-        res = export_sim(a.export_sim, world_size=a.nproc or 2)
+        res = export_sim(a.export_sim, dirs, seeds=a.seeds)
         print(f"wrote {a.export_sim}: {len(res)} programs")
         return 0
     import torch
+
+    from ci.gpu_witness import write_report
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    world = a.nproc or torch.cuda.device_count()
-    if world < 2:
-        print("gpu_programs: needs 2 GPUs", file=sys.stderr)
+    gpus = a.nproc or torch.cuda.device_count()
+    if gpus < 1:
+        print("gpu_programs: no GPU", file=sys.stderr)
         return 2
+    sim = json.load(open(a.sim))["programs"] if os.path.exists(a.sim) else {}
+    metas, not_run = [], []
+    for m in programs(dirs):
+        if m["device_count"] is not None:
+            not_run.append((m, f"needs {m['device_count']} GPUs in one process (DEVICE_COUNT)"))
+        elif m["world_size"] > gpus:
+            not_run.append((m, f"world size {m['world_size']}: NCCL needs one GPU per rank, this machine has {gpus}"))
+        else:
+            metas.append(m)
     out_dir = a.out + ".d"
     os.makedirs(out_dir, exist_ok=True)
+    scales = [int(x) for x in a.scales.split(",") if x]
     t = time.perf_counter()
-    for i, p in enumerate([] if a.assemble else a.passes.split(",")):
-        t0 = time.perf_counter()
-        try:
-            run_pass(p, world, out_dir, a.cycles, a.timeout, 29600 + 200 * i)
-        except Exception as e:  # noqa: BLE001 - a pass that died leaves partial evidence; the report says so
-            print(f"pass {p} failed: {e}", file=sys.stderr)
-        print(f"pass {p}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-    took = os.path.join(out_dir, "seconds.txt")
+    pass_seconds = {}
+    for ws in sorted({m["world_size"] for m in metas}):
+        group = [m for m in metas if m["world_size"] == ws]
+        for i, p in enumerate([] if a.assemble else ("reference", "run")):
+            jobs = jobs_for(p, group, sim, a.trials, scales)
+            t0 = time.perf_counter()
+            try:
+                run_pass(p, ws, out_dir, jobs, a.cycles, a.timeout, 29600 + 2000 * i + 5000 * ws)
+            except Exception as e:  # noqa: BLE001 - a pass that died leaves partial evidence; the report says so
+                print(f"pass {p} (world size {ws}) failed: {e}", file=sys.stderr)
+            pass_seconds[f"{p}.ws{ws}"] = round(time.perf_counter() - t0, 1)
+            print(f"pass {p} world size {ws}: {len(jobs)} runs, {pass_seconds[f'{p}.ws{ws}']} s", file=sys.stderr,
+                  flush=True)
+    took = os.path.join(out_dir, "seconds.json")
     if not a.assemble:
         with open(took, "w") as f:
-            f.write(f"{time.perf_counter() - t:.1f}")
-    seconds = float(open(took).read()) if os.path.exists(took) else 0.0
-    sim = json.load(open(a.sim))["programs"] if os.path.exists(a.sim) else {}
-    rows = assemble(out_dir, sim, world)
+            json.dump({"total": round(time.perf_counter() - t, 1), "passes": pass_seconds}, f)
+    secs = json.load(open(took)) if os.path.exists(took) else {"total": 0, "passes": {}}
+    rows = assemble(out_dir, sim, metas, not_run)
     info = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())), "device":
-            f"{world}x {torch.cuda.get_device_name(0)}", "seconds": seconds}
-    return 0 if write_report(rows, a.out, info) else 1
+            f"{gpus}x {torch.cuda.get_device_name(0)}", "seconds": secs["total"], "pass_seconds": secs["passes"],
+            "sim": _rel(a.sim), "dirs": [_rel(d) for d in dirs], "scales": scales, "trials": a.trials,
+            "slow_cycles": a.cycles}
+    ok = write_report(rows, a.out, info, title="Program corpus on real GPUs, hazards through simdist's witnesses")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 SLEEP_CYCLES_PER_NS = 1.98  # simdist/engine/cost.py: torch.cuda._sleep's clock
+LAUNCH_NS = 5_000  # simdist/engine/ops.py: what one launch costs the host in simdist's cost model
+CPU_SCALES = (1, 10, 100)
 
 _COLLECTIVES = {  # torch.distributed function -> simdist's collective kind
     "all_reduce": "all_reduce", "broadcast": "broadcast", "reduce": "reduce", "all_gather": "all_gather",
@@ -129,7 +131,10 @@ class OpHook:
         if d is None and token is not None:
             d = self.coll_delays.get((str(token[0]), int(token[1])))
         if d is not None:
-            cycles = max(1, int(d["delay_ns"] * SLEEP_CYCLES_PER_NS * self.scale))
+            # the sleep is a launch of its own, which delays every later launch of the host alike (simdist's
+            # cost model: LAUNCH_NS): it is lengthened by that much, so the named op ends delay_ns later than
+            # the ops launched after it
+            cycles = max(1, int((d["delay_ns"] * self.scale + LAUNCH_NS) * SLEEP_CYCLES_PER_NS))
             with torch.cuda.stream(sleep_on):
                 self._sleep(cycles)
             self.sleeps.append({"stream": stream_name, "seq": q, "op": name, "witness_op": d.get("op"),
@@ -543,16 +548,25 @@ def check_counts(paths_meta, witnesses=None, log=print):
             w = h.get("witness")
             if not w or not w["delays"]:
                 continue
-            try:
-                res, _, info = run_hooked(m["path"], m["world_size"], w["delays"], tmp=tmp, opts=opts)
-                key_sites = (tuple(h["first"]["site"]), tuple(h["second"]["site"]))
-                hit = [x for x in res.hazards if x.kind == h["kind"] and (tuple(x.first.site), tuple(x.second.site))
-                       == key_sites]
+            # matched by kind, streams and op names: inside the hook the accesses' sites are the hook's frames
+            want = (h["kind"], h["first"]["stream"], h["first"]["op"], h["second"]["stream"], h["second"]["op"])
+            rep = {"kind": h["kind"], "observed": False, "by_scale": {}}
+            for sc in CPU_SCALES:  # as the GPU escalates; the smallest scale that shows it is kept
+                try:
+                    res, _, info = run_hooked(m["path"], m["world_size"], w["delays"], sc, tmp=tmp, opts=opts)
+                except Exception as e:  # noqa: BLE001
+                    rep["by_scale"][str(sc)] = f"error: {type(e).__name__}: {e}"[:300]
+                    continue
+                hit = [x for x in res.hazards
+                       if (x.kind, x.first.stream, x.first.op, x.second.stream, x.second.op) == want]
                 sl = [s for i in info.values() for s in (i.get("summary") or {}).get("sleeps", [])]
-                reps.append({"kind": h["kind"], "observed": bool(hit and hit[0].observed), "sleeps": sl,
-                             "sleeps_at_named_op": bool(sl) and all(s["matches"] for s in sl)})
-            except Exception as e:  # noqa: BLE001
-                reps.append({"kind": h["kind"], "observed": False, "error": f"{type(e).__name__}: {e}"[:300]})
+                obs = bool(hit and hit[0].observed)
+                rep["by_scale"][str(sc)] = obs
+                rep.update(sleeps=sl, sleeps_at_named_op=bool(sl) and all(s["matches"] for s in sl))
+                if obs:
+                    rep.update(observed=True, scale=sc)
+                    break
+            reps.append(rep)
         if reps:
             row["witness_replays_through_hook"] = reps
         row["seconds"] = round(time.perf_counter() - t0, 2)
@@ -591,3 +605,160 @@ def main(argv=None):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ================================================================ verdicts and the report (shared with ci/gpu_confirm.py)
+
+VERDICTS = ("confirmed", "unconfirmed", "agree", "disagree", "incomplete", "not run")
+VERDICT_TEXT = {
+    "confirmed": "simdist: hazard; damage seen on the GPU",
+    "unconfirmed": "simdist: hazard; no damage seen on the GPU (not counted as agreement)",
+    "agree": "simdist: clean; correct on the GPU in every pass",
+    "disagree": "simdist: clean, damaged or failing on the GPU; or simdist failed on a program the GPU ran",
+    "incomplete": "no complete GPU evidence (the launch-blocking reference failed, or the job was cut short)",
+    "not run": "not run on this machine",
+}
+
+
+def _frac(ts):
+    return f"{sum(t['damaged'] for t in ts)}/{len(ts)}"
+
+
+def verdict_row(row, witness_doc=None):
+    """Add verdict / evidence / why to a program row (ci/gpu_programs.py assemble) from its raw trials."""
+    trials = row["trials"]
+    by_mode = {}
+    for t in trials:
+        by_mode.setdefault(t["mode"], []).append(t)
+    sim = row.get("sim")
+    hz = (witness_doc or {}).get("hazards", [])
+    wit = [t for t in trials if t["mode"] == "witness"]
+    per_hazard = []
+    for i, h in enumerate(hz):
+        ts = [t for t in wit if t.get("hazard") == i]
+        scales = {}
+        for t in ts:
+            scales.setdefault(t["scale"], []).append(t)
+        per_hazard.append({"kind": h["kind"], "witness": h.get("witness"), "why_no_witness": None if h.get("witness")
+                           else h.get("why"), "trials": len(ts), "damaged": sum(t["damaged"] for t in ts),
+                           "by_scale": {str(s): _frac(v) for s, v in sorted(scales.items())},
+                           "sleeps_issued": sum(bool(t.get("sleeps")) for t in ts),
+                           "sleeps_at_named_op": sum(bool(t.get("sleeps")) and all(s["matches"] for s in t["sleeps"])
+                                                     for t in ts)})
+    row["hazards"] = per_hazard
+    row["damage_by_mode"] = {m: _frac(v) for m, v in by_mode.items()}
+    dmg = [m for m, v in by_mode.items() if any(t["damaged"] for t in v)]
+    ev = ", ".join(f"{m} {row['damage_by_mode'][m]}" for m in by_mode) or "-"
+    row["evidence"] = ev
+    if row.get("verdict") == "not run":
+        return row
+    if not row.get("reference_ok", True):
+        if sim == "clean":
+            row.update(verdict="disagree", why=f"the launch-blocking reference failed: {row.get('reference_error')}")
+        else:
+            row.update(verdict="incomplete", why=f"the launch-blocking reference failed: {row.get('reference_error')}")
+        return row
+    if sim == "clean":
+        row.update(verdict="disagree" if dmg else "agree",
+                   why=f"damaged or failing in: {', '.join(dmg)}" if dmg else "")
+        return row
+    if sim != "hazard":
+        row.update(verdict="disagree", why=f"simdist: {sim} ({row.get('sim_error') or 'error'}) on a program the "
+                                           "GPU ran")
+        return row
+    if "witness" in dmg:
+        best = min((int(s) for h in per_hazard for s, f in h["by_scale"].items() if not f.startswith("0/")),
+                   default=None)
+        row.update(verdict="confirmed", confirmed_by=f"witness (smallest scale with damage: x{best})", why="")
+        return row
+    if dmg:
+        row.update(verdict="confirmed", confirmed_by=f"{', '.join(dmg)} (not the witness)",
+                   why="the witness schedule did not show it; " + _why_unshown(per_hazard, row))
+        return row
+    row.update(verdict="unconfirmed", why=_why_unshown(per_hazard, row))
+    return row
+
+
+def _why_unshown(per_hazard, row):
+    if not per_hazard:
+        return "simdist exported no witness for it"
+    out = []
+    for h in per_hazard:
+        if h["witness"] is None:
+            out.append(f"{h['kind']}: no witness ({h['why_no_witness']})")
+        elif not h["witness"]["delays"]:
+            out.append(f"{h['kind']}: observed in simdist with no delay at all; nothing to replay, and as written "
+                       "the GPU did not show it")
+        elif not h["sleeps_issued"]:
+            out.append(f"{h['kind']}: the hook never reached the witness's op on the GPU "
+                       f"(GPU op counts: {row.get('gpu_counts_first_difference') or 'equal to simdist'})")
+        elif h["sleeps_at_named_op"] < h["sleeps_issued"]:
+            out.append(f"{h['kind']}: the hook slept at an op of another name than the witness's: the GPU's op "
+                       f"counts diverge from simdist's ({row.get('gpu_counts_first_difference')})")
+        else:
+            out.append(f"{h['kind']}: the witness's sleeps ran before the named op ({h['trials']} trials, scales "
+                       f"{', '.join('x' + s for s in h['by_scale'])}) and every output equals the reference: the "
+                       "damage needs more than that delay on this GPU (its ops are not simdist's cost model), or "
+                       "the output does not show it")
+    return "; ".join(out)
+
+
+def render_verdicts(rows, extra_cols=(), witness=True):
+    """The one table format of the GPU jobs: rows with name, expected, sim, sim_kinds, verdict, evidence, why."""
+    n = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+    ran = [r for r in rows if r["verdict"] != "not run"]
+    L = [f"- run: {len(ran)}; **confirmed {n['confirmed']}**, **unconfirmed {n['unconfirmed']}**, agree (clean) "
+         f"{n['agree']}, **disagree {n['disagree']}**, incomplete {n['incomplete']}; not run: {n['not run']}"]
+    if witness:
+        L += [f"- hazards confirmed by simdist's witness schedule: "
+         f"{sum(1 for r in rows if (r.get('confirmed_by') or '').startswith('witness'))}; confirmed only by another "
+              f"pass: {sum(1 for r in rows if r['verdict'] == 'confirmed' and not (r.get('confirmed_by') or '').startswith('witness'))}"]
+    L.append("")
+    L += ["| verdict | meaning |", "|---|---|"] + [f"| {v} | {VERDICT_TEXT[v]} |" for v in VERDICTS] + [""]
+    head = ["program", "world", "expected", "simdist (kinds)", "GPU verdict", "damage seen (damaged/trials by pass)"]
+    head += [c for c, _ in extra_cols]
+    L += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r["verdict"] == "not run":
+            continue
+        k = f" ({', '.join(r['sim_kinds'])})" if r.get("sim_kinds") else ""
+        v = r["verdict"] + (f" by {r['confirmed_by']}" if r.get("confirmed_by") else "")
+        cells = [r["name"], str(r.get("world_size", "")), r["expected"], f"{r['sim']}{k}",
+                 f"**{v}**" if r["verdict"] in ("disagree", "unconfirmed") else v, r.get("evidence", "-")]
+        cells += [str(fn(r)) for _, fn in extra_cols]
+        L.append("| " + " | ".join(cells) + " |")
+    for v, title in (("unconfirmed", "Unconfirmed, and why"), ("disagree", "Disagreements"),
+                     ("incomplete", "Incomplete"), ("not run", "Not run, and why")):
+        rs = [r for r in rows if r["verdict"] == v]
+        if rs:
+            L += ["", f"### {title}", ""] + [f"- {r['name']}: {r.get('why') or '-'}" for r in rs]
+    return L
+
+
+def write_report(rows, prefix, info, title):
+    L = [f"# {title} ({info.get('date', '')})", "",
+         f"{info.get('device', '')}; torch {info.get('torch', '')}, NCCL {info.get('nccl', '')}; "
+         f"{info.get('seconds', 0):.0f} s ({', '.join(f'{k} {v} s' for k, v in (info.get('pass_seconds') or {}).items())}).",
+         f"Programs: {', '.join(info.get('dirs', []))}; simdist's verdicts and witnesses: {info.get('sim')}; "
+         f"witness scales {info.get('scales')}, {info.get('trials')} trial(s) each.", ""]
+    ran = [r for r in rows if r["verdict"] != "not run"]
+    cpu = sum(r.get("cpu_counts_match") is True for r in ran)
+    gpu = sum(r.get("gpu_counts_match") is True for r in ran)
+    L += [f"- the hook's per-stream op counts equal simdist's op log: inside simdist (CPU) {cpu}/{len(ran)}, on the "
+          f"GPU (real CUDA build, plain pass) {gpu}/{len(ran)}"]
+    L += render_verdicts(rows, extra_cols=(("op counts CPU / GPU", lambda r: f"{_m(r.get('cpu_counts_match'))} / "
+                                                                           f"{_m(r.get('gpu_counts_match'))}"),))
+    diffs = [r for r in ran if r.get("gpu_counts_match") is False]
+    if diffs:
+        L += ["", "### GPU op counts that differ from simdist's", ""] + [
+            f"- {r['name']}: {r.get('gpu_counts_first_difference')}" for r in diffs]
+    with open(prefix + ".md", "w") as f:
+        f.write("\n".join(L) + "\n")
+    with open(prefix + ".json", "w") as f:
+        json.dump({"info": info, "rows": rows}, f, indent=1)
+    print("\n".join(L))
+    return not any(r["verdict"] in ("disagree", "incomplete") for r in rows)
+
+
+def _m(x):
+    return "match" if x is True else ("differ" if x is False else "-")
