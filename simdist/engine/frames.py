@@ -33,9 +33,6 @@ def _line(code, lasti):
     return code.co_firstlineno
 
 
-_SKIP_PREFIXES = None
-_KEEP_PREFIXES = None
-_API_FILES = None
 # torch's own libraries that order device work (FSDP, DDP, DTensor, functional collectives, optimizers): a
 # missing edge can be in their code, so a report shows their frames; the rest of torch is plumbing (dispatch,
 # nn.Module's call, autograd) between the program and the op, and so is torch.distributed's API itself (the
@@ -44,32 +41,39 @@ _TORCH_LIBRARIES = ("distributed", "nn/parallel", "optim")
 _TORCH_API = ("distributed/distributed_c10d.py", "distributed/c10d_logger.py")
 
 
-def _skip_prefixes():
-    """Frames in these files are simdist's or torch's plumbing, not the program's or a library's."""
-    global _SKIP_PREFIXES, _KEEP_PREFIXES, _API_FILES
-    if _SKIP_PREFIXES is None:
-        simdist_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PLUMBING = {}  # file name -> whether its frames are plumbing (decided once per file)
+
+
+def _is_plumbing(filename):
+    """Frames of simdist, of torch's machinery, of Python's standard library (contextlib's __exit__, functools,
+    threading) and of <frozen>/<string> code (the fork server's `python -c`) are not the program's or a library's."""
+    verdict = _PLUMBING.get(filename)
+    if verdict is None:
+        simdist_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         spec = importlib.util.find_spec("torch")
-        torch_dir = os.path.dirname(spec.origin) if spec is not None and spec.origin else "\0"
-        _SKIP_PREFIXES = (simdist_dir + os.sep, torch_dir + os.sep,
-                          os.path.dirname(threading.__file__) + os.sep + "threading.py")
-        _KEEP_PREFIXES = tuple(os.path.join(torch_dir, *lib.split("/")) + os.sep for lib in _TORCH_LIBRARIES)
-        _API_FILES = frozenset(os.path.join(torch_dir, *f.split("/")) for f in _TORCH_API)
-    return _SKIP_PREFIXES
+        torch_dir = (os.path.dirname(spec.origin) if spec is not None and spec.origin else "\0") + os.sep
+        stdlib = os.path.dirname(threading.__file__) + os.sep
+        if filename.startswith("<") or filename.startswith(simdist_dir):
+            verdict = True
+        elif filename.startswith(torch_dir):
+            rel = filename[len(torch_dir):].replace(os.sep, "/")
+            verdict = rel in _TORCH_API or not any(rel.startswith(lib + "/") for lib in _TORCH_LIBRARIES)
+        else:
+            verdict = filename.startswith(stdlib) and "-packages" + os.sep not in filename[len(stdlib):]
+        _PLUMBING[filename] = verdict
+    return verdict
 
 
 def user_frames(frames, limit=6):
-    """The innermost frames that belong to the program under test, as (file, line, function)."""
-    skip = _skip_prefixes()
+    """The innermost frames that belong to the program under test (or a library it uses), as (file, line,
+    function)."""
     out = []
     frames = frames or ()
     for i in range(0, len(frames) - 1, 2):
         code, lasti = frames[i], frames[i + 1]
-        fn = code.co_filename
-        if ((fn.startswith(skip) and not fn.startswith(_KEEP_PREFIXES)) or fn in _API_FILES
-                or fn.startswith("<")):  # <frozen ...>, and <string>: the fork server's `python -c` (simdist's)
+        if _is_plumbing(code.co_filename):
             continue
-        out.append((fn, _line(code, lasti), code.co_name))
+        out.append((code.co_filename, _line(code, lasti), code.co_name))
         if len(out) >= limit:
             break
     return out
