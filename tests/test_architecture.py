@@ -142,3 +142,47 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("def f():\n    from .x import y\n")
     assert _imports("pkg.m", str(src), False, {"pkg.x": None, "pkg.x.y": None}) == {"pkg.x.y"}
+
+
+# ------------------------------------------------------------------------------------------- the picture
+# docs/architecture.md shows the floors as a Mermaid graph generated from the import graph above; the test below
+# keeps it current (`python tests/test_architecture.py` prints the block to paste).
+_UNITS = [("engine", "simdist.engine"), ("faces", "simdist.faces"), ("ranks", "simdist.ranks"),
+          ("session", "simdist.session"), ("result", "simdist.result"), ("launcher", "simdist.launcher"),
+          ("forkserver", "simdist.forkserver"), ("api", "simdist.api"), ("witness", "simdist.witness"),
+          ("cli", "simdist.cli"), ("trace", "simdist.trace"), ("fakes", "simdist.fakes"),
+          ("properties", "simdist.properties"), ("benchmarks", "simdist.benchmarks")]
+
+
+def _unit(mod):
+    for name, prefix in _UNITS:
+        if mod == prefix or mod.startswith(prefix + "."):
+            return name
+    return None
+
+
+def diagram():
+    """The Mermaid block of docs/architecture.md: one node per floor or top-level module, an edge A --> B when
+    some module of A imports one of B (at module level or inside a function)."""
+    edges = set()
+    for mod, deps in _graph().items():
+        a = _unit(mod)
+        for d in deps:
+            b = _unit(d)
+            if a and b and a != b:
+                edges.add((a, b))
+    names = [n for n, _ in _UNITS if any(n in e for e in edges)]
+    lines = ["```mermaid", "graph TD"]
+    lines += [f"  {a} --> {b}" for a in names for b in names if (a, b) in edges]
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def test_the_architecture_diagram_is_current():
+    doc = open(os.path.join(ROOT, "docs", "architecture.md")).read()
+    assert diagram() in doc, "docs/architecture.md's graph is stale; paste `python tests/test_architecture.py`:\n" \
+        + diagram()
+
+
+if __name__ == "__main__":
+    print(diagram())
