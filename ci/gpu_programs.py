@@ -356,8 +356,25 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=60, help="seconds per program run")
     ap.add_argument("--seeds", type=int, default=10, help="simdist seeds per program (--export-sim)")
     ap.add_argument("--assemble", action="store_true", help="only write the report from OUT.d/ evidence")
+    ap.add_argument("--merge-sim", nargs="+", metavar=("INTO", "FROM"),
+                    help="merge the programs of --export-sim files FROM... into INTO (exports made in parts)")
     a = ap.parse_args(argv)
     dirs = [os.path.abspath(d) for d in (a.dir or [os.path.join(ROOT, "tests", "corpus")])]
+    if a.merge_sim:
+        into, *parts = a.merge_sim
+        with open(into) as f:
+            doc = json.load(f)
+        for p in parts:
+            with open(p) as f:
+                part = json.load(f)
+            doc["programs"].update(part["programs"])
+            doc["seconds"] = round(doc.get("seconds", 0) + part.get("seconds", 0), 1)
+        doc.setdefault("parts", []).extend(_rel(p) for p in parts)
+        with open(into, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"merged {len(parts)} part(s) into {into}: {len(doc['programs'])} programs")
+        return 0
     if a.export_sim:
         res = export_sim(a.export_sim, dirs, seeds=a.seeds)
         print(f"wrote {a.export_sim}: {len(res)} programs")

@@ -576,9 +576,99 @@ def check_counts(paths_meta, witnesses=None, log=print):
     return rows
 
 
+# ================================================================ the scenario corpus: counts on the real build
+
+def _hooked_scenario(name, rank=0):
+    from simdist.properties import scenarios as S
+    S.set_salt(0)
+    with OpHook(rank) as h:
+        S.SCENARIOS[name].fn(delay_cycles=0)
+    return [list(e) for e in h.log]
+
+
+def _log_of(entries, rank=0):
+    out = {}
+    for e in entries:
+        if e[2] != "_sleep":
+            out.setdefault((rank, e[0]), []).append((e[1], e[2]))
+    return out
+
+
+def export_scenario_logs(path, world_size=1):
+    """CPU: every scenario (properties/scenarios.py) at this world size in simdist, no jitter, with the hook inside:
+    simdist's op log (what the GPU's hook must count) and whether the hook counted the same inside simdist."""
+    import simdist
+    from simdist.properties import scenarios as S
+    out = {}
+    for name in S.SCENARIOS:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                res = simdist.run(_hooked_scenario, world_size=world_size, policy=simdist.NoJitter(), args=(name,))
+        except Exception as e:  # noqa: BLE001 - e.g. point-to-point at world size 1
+            out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]}
+            continue
+        sim = sim_op_log(res)
+        diff = compare_logs(sim, {k: v for r, ret in enumerate(res.returns) for k, v in _log_of(ret, r).items()})
+        out[name] = {"sim_log": [[r, st, [list(x) for x in ops]] for (r, st), ops in sorted(sim.items())],
+                     "cpu_counts_match": diff is None, "cpu_first_difference": diff}
+    with open(path, "w") as f:
+        json.dump({"world_size": world_size, "torch": torch.__version__, "scenarios": out}, f, indent=1)
+        f.write("\n")
+    return out
+
+
+def gpu_scenario_counts(sim_path, out_path):
+    """GPU (one process, world size 1): each scenario under the hook on the real CUDA build; its per-stream op log
+    against simdist's (export_scenario_logs)."""
+    import datetime
+
+    import torch.distributed as dist
+    with open(sim_path) as f:
+        doc = json.load(f)
+    if doc["world_size"] != 1:
+        raise SystemExit("gpu_witness: the scenario count check runs at world size 1 (one process)")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29731")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1, timeout=datetime.timedelta(seconds=120),
+                           device_id=torch.device("cuda", 0))
+    rows = {}
+    for name, e in doc["scenarios"].items():
+        if "error" in e:
+            rows[name] = {"verdict": "not run", "why": f"simdist: {e['error']}"}
+            continue
+        sim = {(r, st): [tuple(x) for x in ops] for r, st, ops in e["sim_log"]}
+        t0 = time.perf_counter()
+        try:
+            torch.cuda.synchronize()
+            log = _hooked_scenario(name)
+            torch.cuda.synchronize()
+            diff = compare_logs(sim, _log_of(log))
+            rows[name] = {"gpu_counts_match": diff is None, "gpu_first_difference": diff,
+                          "cpu_counts_match": e["cpu_counts_match"], "ops": sum(len(v) for v in sim.values()),
+                          "seconds": round(time.perf_counter() - t0, 4)}
+        except Exception as ex:  # noqa: BLE001
+            rows[name] = {"gpu_counts_match": None, "error": f"{type(ex).__name__}: {ex}"[:300]}
+    dist.destroy_process_group()
+    ran = [r for r in rows.values() if "gpu_counts_match" in r]
+    ok = sum(r["gpu_counts_match"] is True for r in ran)
+    summary = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "scenarios": len(rows),
+               "ran": len(ran), "gpu_counts_match": ok, "ops": sum(r.get("ops", 0) for r in ran)}
+    with open(out_path, "w") as f:
+        json.dump({"summary": summary, "rows": rows}, f, indent=1)
+    print(f"scenario op counts on the GPU equal simdist's: {ok}/{len(ran)} ({summary['ops']} ops); "
+          + "; ".join(f"{n}: {r.get('gpu_first_difference') or r.get('error')}" for n, r in rows.items()
+                      if r.get("gpu_counts_match") is False or r.get("error")))
+    return summary
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check-counts", action="store_true", help="CPU: the hook's counts against simdist's op log")
+    ap.add_argument("--export-scenario-logs", metavar="FILE", help="CPU: simdist's op log of every scenario, world "
+                                                                  "size 1, and the hook's count of it inside simdist")
+    ap.add_argument("--gpu-scenario-counts", nargs=2, metavar=("SIMFILE", "OUT"),
+                    help="GPU: each scenario under the hook on the real build, counts against SIMFILE's")
     ap.add_argument("--dir", action="append", default=None, help="program folder(s) (default tests/corpus)")
     ap.add_argument("--witnesses", default=None, help="programs-sim JSON with witnesses (ci/gpu_programs.py)")
     ap.add_argument("--only", default="", help="comma-separated name substrings")
@@ -586,6 +676,14 @@ def main(argv=None):
     a = ap.parse_args(argv)
     from ci.source_tree import use_source_tree
     use_source_tree()
+    if a.export_scenario_logs:
+        out = export_scenario_logs(a.export_scenario_logs)
+        ok = sum(e.get("cpu_counts_match") is True for e in out.values())
+        print(f"wrote {a.export_scenario_logs}: hook counts equal simdist's in {ok}/{sum('error' not in e for e in out.values())}")
+        return 0
+    if a.gpu_scenario_counts:
+        gpu_scenario_counts(*a.gpu_scenario_counts)
+        return 0
     from simdist.properties.programs import corpus_paths, parse
     metas = [parse(p) for p in corpus_paths(*(a.dir or [os.path.join(ROOT, "tests", "corpus")]))]
     metas = [m for m in metas if m["expected"] in ("clean", "hazard") and m["nccl"] in (None, "2.8")

@@ -118,3 +118,30 @@ def test_cli_export_witness_and_its_replay_command(tmp_path):
     again = subprocess.run([sys.executable, "-m", "simdist", *e["replay"].split()[1:]], capture_output=True,
                            text=True, cwd=ROOT, timeout=300)
     assert "OBSERVED" in again.stdout, again.stdout + again.stderr
+
+
+def test_gpu_hook_counts_ops_as_simdist_does_and_replays_witnesses():
+    # ci/gpu_witness.py's hook (what the GPU job installs on the real CUDA build), run inside simdist: its
+    # per-stream op counts equal simdist's op log, and a witness replayed through its sleeps is observed
+    sys.path.insert(0, ROOT)
+    from ci import gpu_witness as gw
+    from simdist.properties.programs import corpus_paths, parse
+    names = ("p03_side_stream_no_wait", "q53_first_op_output_freed_reuse", "p29_pipeline_send_recv",
+             "p35_reduce_scatter_all_to_all", "r35_object_collectives", "p52_grad_bucket_comm_no_wait_back")
+    metas = [parse(p) for p in corpus_paths(os.path.join(ROOT, "tests", "corpus"))]
+    metas = [m for m in metas if m["name"] in names]
+    assert len(metas) == len(names)
+    wit = {}
+    for m in metas:
+        if m["expected"] == "hazard":
+            def runner(policy, m=m):
+                return simdist.run_script(m["path"], world_size=m["world_size"], policy=policy)
+            res = runner(simdist.NoJitter())
+            entries, stats = witness.find(runner, res)
+            wit[m["name"]] = witness.export(os.devnull, res, entries, stats)
+    rows = gw.check_counts(metas, wit, log=lambda s: None)
+    for r in rows:
+        assert r["counts_match"] is True, r
+        for rep in r.get("witness_replays_through_hook", []):
+            assert rep["observed"] and rep["sleeps_at_named_op"], (r["name"], rep)
+    assert sum(len(r.get("witness_replays_through_hook", [])) for r in rows) >= 2
