@@ -426,6 +426,9 @@ class Installed:
                 _restore(saved)
                 raise
             _active = saved
+        # init_process_group wraps sys.excepthook to prefix tracebacks with "[rank0]:"; inside a rank that is
+        # the rank's own process state, not the caller's
+        self.excepthook = sys.excepthook
         self.gc_was = gc.isenabled()
         gc.disable()
         # one intra-op thread: simulated ops are small and OpenMP's fork/join per op costs more than it
@@ -443,6 +446,7 @@ class Installed:
                 guard.set_enabled(False)
             if self.isolation:
                 _set_thread_isolation(False)
+        sys.excepthook = self.excepthook
         if self.gc_was:
             gc.enable()
         torch.set_num_threads(self.threads)
