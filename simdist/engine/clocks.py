@@ -43,30 +43,34 @@ class TokenTable:
         self.resolved = {}  # token (group key, seq) -> full clock
 
     def expand(self, vc: dict, _busy=None):
-        """Merge resolved tokens into vc in place. Returns True if unresolved tokens remain.
+        """Merge resolved tokens into vc in place. Returns True if unresolved tokens remain."""
+        self.merge(vc, _busy)
+        return self.has_tokens(vc)
+
+    def merge(self, vc: dict, _busy=None):
+        """Merge resolved tokens into vc in place (expand without its answer).
 
         Mutating in place is sound: every op sharing this dict came after the collective, so the knowledge is
         true for all of them. A resolved clock is expanded itself before it is merged (and keeps that
         expansion), so each token's clock is expanded once, not at every question (a clock names every earlier
-        collective of its stream).
+        collective of its stream). The resolved tokens a clock names are found by a set intersection: a clock
+        also carries every collective it knows of and this rank cannot resolve (other groups'), and scanning
+        those at every question was most of the cost of a run with many collectives.
         """
-        toks = [k for k in vc if type(k) is tuple]
-        if not toks:
-            return False
-        unresolved = False
         resolved = self.resolved
+        hit = vc.keys() & resolved.keys()  # (stream ids are ints, never tokens)
+        if not hit:
+            return
+        toks = [k for k in vc if k in hit] if len(hit) > 1 else hit  # in the clock's order, as it was
         for t in toks:
-            full = resolved.get(t)
-            if full is None:
-                unresolved = True
-                continue
-            if any(type(k) is tuple for k in full):
+            full = resolved[t]
+            if full.keys() & resolved.keys():
                 # (collectives that deadlock can name each other: expand each clock once per question)
                 busy = _busy if _busy is not None else set()
                 if id(full) not in busy and id(full) != id(vc):
                     busy.add(id(vc))
                     busy.add(id(full))
-                    self.expand(full, busy)
+                    self.merge(full, busy)
             if vc.pop(t, None) is None:
                 continue
             get = vc.get
@@ -74,20 +78,25 @@ class TokenTable:
                 if type(k) is tuple:
                     if k not in vc:
                         vc[k] = v
-                        unresolved = True
                 elif v > get(k, 0):
                     vc[k] = v
-        return unresolved
+
+    @staticmethod
+    def has_tokens(vc: dict) -> bool:
+        for k in vc:
+            if type(k) is tuple:
+                return True
+        return False
 
     def resolve(self, token, full: dict):
         """`token` stands for clock `full` (its participants' joined clocks), expanded now with what is known."""
-        self.expand(full)
+        self.merge(full)
         self.resolved[token] = full
 
     def expanded(self, vc: dict) -> dict:
         """A copy of vc with every token this table knows expanded (to send to another rank)."""
         out = dict(vc)
-        self.expand(out)
+        self.merge(out)
         return out
 
     def ordered(self, a, b):

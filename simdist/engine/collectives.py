@@ -255,7 +255,9 @@ class Collective:
         """Called by launch() once the side's op exists: tell the peers."""
         self.op = op
         me = rank.rank
-        clock = rank.tokens.expanded(clocks.full_clock(op))
+        if rank.tokens.has_tokens(op.vc):  # expanded in place, once for every op sharing the stream's clock
+            rank.tokens.merge(op.vc)
+        clock = clocks.full_clock(op)
         self.clocks[me] = clock
         extra = rank.policy.collective_extra(self.token)
         self.extras[me] = extra
@@ -448,7 +450,9 @@ def host_arrive(rank, inst, desc, sig, payload, nbytes_hint):
             raise CollectiveMismatch(f"{_mismatch_text(inst, inst.token[-1])}\n  rank {r}: {d2}\n"
                                      f"{format_frame_tuples(f2, '      ')}\n  rank {me}: {desc}\n"
                                      f"{format_frame_tuples(frames, '      ')}")
-    clock = rank.tokens.expanded(rank.host.vc)
+    if rank.tokens.has_tokens(rank.host.vc):  # in place (sound: the host knows it), then a copy to send
+        rank.tokens.merge(rank.host.vc)
+    clock = dict(rank.host.vc)
     inst.calls[me] = (desc, sig, frames)
     inst.arrivals[me] = rank.host.clock
     inst.payloads[me] = payload
@@ -489,6 +493,10 @@ def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op
     cur = rank.current_stream(dev.index)
     on_side = world.nccl_profile == "2.7" or async_op
     if on_side:
+        if rank.tokens.has_tokens(cur.vc):
+            # in place, as ordering questions do (every op sharing the clock came after those collectives): the
+            # caller's stream would otherwise hand every earlier collective's token to each new side to expand again
+            rank.tokens.merge(cur.vc)
         stream = dev.nccl_stream(stream_key or g.name)
         stream.wait_marker(host, cur.record_marker(host))
     else:

@@ -40,7 +40,13 @@ class Stream:
     def sync_host(self, host):
         """Work queued from now on knows what the host knows (program order on the host)."""
         if self.host_ver != host.ver:
-            self.vc = clocks.join(self.vc, host.vc)
+            hv = host.vc
+            tokens = self.dev.owner.tokens
+            if tokens.has_tokens(hv):
+                # in place (the host knows it): the host's clock collects the token of every collective it
+                # waited for, and would hand each again to every stream to expand at its next collective
+                tokens.merge(hv)
+            self.vc = clocks.join(self.vc, hv)
             self.host_ver = host.ver
 
     def full_vc(self):
