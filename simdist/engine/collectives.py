@@ -433,11 +433,6 @@ class CpuRendezvous(HostRendezvous):
 
 
 def _payload_bytes(p):
-    if isinstance(p, (bytes, bytearray)):
-        # a pickled object's length depends on memory addresses (torch pickles a tensor's storage under a key made
-        # of its address, whose digit count varies with ASLR and allocation history): costed as nothing, so the
-        # schedule stays a pure function of the program (object collectives cost their two collectives' latency)
-        return 0
     if isinstance(p, (list, tuple)):
         return sum(t.numel() * t.element_size() for t in p if isinstance(t, torch.Tensor))
     return 0
@@ -525,20 +520,6 @@ def host_collective(rank, g, kind, desc, sig, reads, outputs, compute, nbytes):
     for o, v in zip(outputs, results[g.index[rank.rank]]):
         if v is not None:
             o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
-
-
-def host_exchange(rank, g, what, payload):
-    """An object collective: the host's pickled payload meets every member's (after the current stream's work,
-    since objects travel as device tensors read back by the host). Returns the rendezvous (its payloads)."""
-    table = rank.collectives
-    cur = rank.current_stream()
-    rank.wait_op(cur.record_marker(rank.host), what)
-    token = table.next_token(g)
-    inst = table.instance(token, g, HostRendezvous, "object")
-    if not isinstance(inst, HostRendezvous) or isinstance(inst, CpuRendezvous):
-        raise CollectiveMismatch(f"{_mismatch_text(inst, token[-1])} rank {rank.rank} issued {what}, another rank "
-                                 f"a {inst.kind} collective")
-    return host_arrive(rank, inst, what, (what,), payload, len(payload))
 
 
 def reduce_values(vals, opname):

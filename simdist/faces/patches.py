@@ -278,6 +278,18 @@ def _swaps_in_module_apply(t):
     return _orig_is_wrapper_subclass(t)
 
 
+def _storage_reduce(self):
+    """Pickling a CPU storage (a tensor inside an object collective's object, a message between rank processes):
+    torch's reduce writes the legacy format, which keys each storage by its memory address, so the pickle's
+    length (and with it the object collective's device copies and their cost) would depend on ASLR and the
+    allocation history. The zip format keys storages 0, 1, ...: the same object always pickles to the same
+    bytes, and unpickles the same way (torch.storage._load_from_bytes reads both formats)."""
+    import io
+    buf = io.BytesIO()
+    torch.save(self, buf)
+    return (torch.storage._load_from_bytes, (buf.getvalue(),))
+
+
 _orig_engine_run_backward = getattr(torch.autograd, "_engine_run_backward", None)
 
 
@@ -358,6 +370,8 @@ def _patch_list():
         (torch.nn.Module, "_apply", _module_apply),
         (_nn_module, "is_traceable_wrapper_subclass", _swaps_in_module_apply),
         (torch.utils, "swap_tensors", _swap_tensors),
+        (torch.storage.TypedStorage, "__reduce__", _storage_reduce),
+        (torch.UntypedStorage, "__reduce__", _storage_reduce),
     ]
     items += c10d_patches()
     if guard.available() and _orig_engine_run_backward is not None:
