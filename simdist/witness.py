@@ -55,9 +55,31 @@ class _OpIndex:
             v.sort()
         self.tokens = sorted((k for k in res.schedule if len(k) == 2), key=lambda k: (str(k[0]), k[1]))
 
+    def mirrors(self, key):
+        """The op of the same stream role, launch index and name on every other rank."""
+        rank, stream, seq = key
+        name = self.ops.get(key, ("?",))[0]
+        role = _role(stream)
+        return [k for k, v in self.ops.items() if k[0] != rank and k[2] == seq and v[0] == name
+                and _role(k[1]) == role]
+
+    def last_before(self, t, n):
+        """On every rank, the n kernels (not collectives) that ended last at or before virtual time t."""
+        out = []
+        for r in sorted({k[0] for k in self.ops}):
+            ks = [k for k, v in self.ops.items() if k[0] == r and v[3] <= t and not v[0].startswith("nccl:")]
+            out += sorted(ks, key=lambda k: self.ops[k][3], reverse=True)[:n]
+        return out
+
     def before(self, rank, stream, seq, n):
         seqs = [s for s in self.by_stream.get((rank, stream), []) if s < seq]
         return [(rank, stream, s) for s in reversed(seqs[-n:])]
+
+
+def _role(stream):
+    """A stream's name without its rank and device: rank1/cuda:1/stream2 -> stream2, rank0/nccl:pg -> nccl:pg."""
+    parts = str(stream).split("/")
+    return "/".join(p for p in parts[1:] if not p.startswith("cuda:")) or str(stream)
 
 
 def _find(res, key):
@@ -127,6 +149,17 @@ class Search:
                         add(t)
                 else:
                     add(op_key)
+        # the same ops on the other ranks (a hazard merged over ranks names one rank's ops; another rank's may be
+        # the one whose bytes differ), and, when an access is a collective, the ops each rank ran just before it
+        # started (a collective reads its inputs once every rank has started it: a late peer makes it late)
+        for k in list(out):
+            if len(k) == 3:
+                for k2 in idx.mirrors(k):
+                    add(k2)
+        for k in (a, b):
+            if k and k in idx.ops and idx.ops[k][0].startswith("nccl:"):
+                for k2 in idx.last_before(idx.ops[k][2], 2):
+                    add(k2)
         return out
 
     def _walk(self, key, keys, trials):
