@@ -1,0 +1,1558 @@
+"""The differential tier: straight-line programs of tensor ops, drawn by Hypothesis, run on simulated CUDA and
+eagerly on the CPU; both must give the same values, bit for bit.
+
+A program (`Program`) is Python source, a function of a device string: `prog("cuda")` under `simdist.run` and
+`prog("cpu")` eagerly run the same text. It returns a list of `(step, value)` pairs: CPU copies of tensors
+(`snap`), their metadata (`meta`: shape, strides, storage offset, dtype, storage size, data_ptr offset, version
+counter, autograd flags), Python values (`item`, `tolist`), and at the end the state of every live tensor,
+module and optimizer with the aliasing structure (which variables share a storage, which are one object).
+
+Every program is valid by construction: `programs()` draws one step at a time and runs it at once on a CPU
+shadow of the program; a step that eager torch rejects is dropped. What a CPU shadow cannot see is where a
+tensor lives on a GPU, so the builder keeps that itself: device tensors `t*`, host tensors `h*`, modules `m*`
+(placed on the host or the device), optimizers `o*`; steps mix the two sides only where a GPU allows it
+(copies, 0-d CPU scalars, torch.tensor of device scalars). Eager CPU aliases what a GPU copies
+(`t.cpu()` of a CPU tensor is the tensor itself), so a host tensor moved to the device is never used again and
+a device tensor read back to the host is captured at once. Programs never read memory they did not write
+(fresh device memory is poison under simdist, garbage on the CPU), never use device random generators
+(a GPU's Philox stream is not the CPU's) and pass foreach= / fused= to optimizers (their defaults differ by
+device; each path is the same code on both sides when named).
+
+Steps are drawn from `OPS` (name -> Op: category, the API names it uses, its generator). `check(prog)` runs a
+program both ways and raises `PropertyFailure` on any difference, on any hazard report (these programs are
+correctly synchronized: a hazard is a false report), and on any exception but `simdist.UnsupportedOperation`,
+which it returns as a `Refusal` when its message names an API of the step that raised it.
+
+The eager run uses one intra-op thread, as simdist's kernels do: reductions split across threads round
+differently, the one legitimate source of a difference between the two sides.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import linecache
+import math
+import re
+import struct
+import traceback
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import strategies as st
+
+from .checks import PropertyFailure
+
+__all__ = ["programs", "Program", "OPS", "check", "Refusal", "snap", "meta", "sync", "cuda", "pin", "side",
+           "gen", "final", "canon", "run_both"]
+
+
+# --- helpers the programs call: one text, both devices ----------------------------------------------------------
+def gen(seed):
+    """A seeded CPU generator (device generators differ between a GPU and the CPU by design)."""
+    return torch.Generator().manual_seed(seed)
+
+
+def snap(t):
+    """A host copy of a tensor's values (never an alias: on the CPU, `.cpu()` returns the tensor itself)."""
+    return t.detach().to("cpu", copy=True)
+
+
+def meta(t):
+    """What user code can see of a tensor's layout and identity, device aside."""
+    s = t.untyped_storage()
+    cl = t.is_contiguous(memory_format=torch.channels_last) if t.dim() == 4 else None
+    return {"shape": tuple(t.shape), "stride": _strides(t), "storage_offset": t.storage_offset(), "dtype": t.dtype,
+            "contiguous": t.is_contiguous(), "channels_last": cl, "storage_nbytes": s.nbytes(),
+            "data_ptr - storage": t.data_ptr() - s.data_ptr() if t.numel() else t.data_ptr(), "version": t._version,
+            "requires_grad": t.requires_grad, "is_leaf": t.is_leaf, "is_view": t._is_view()}
+
+
+def sync(dev):
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def cuda(x, dev, **kwargs):
+    """`x.cuda()` (a tensor or a module) on the GPU side; the CPU side stays put."""
+    return x.cuda(**kwargs) if dev == "cuda" else x
+
+
+def pin(h, dev):
+    """Page-locked host memory on the GPU side (a CPU-only torch cannot pin); a plain copy on the CPU side."""
+    return h.pin_memory() if dev == "cuda" else h.clone()
+
+
+@contextlib.contextmanager
+def side(dev):
+    """Work on a side stream, ordered both ways with the current stream (the CPU side has no streams)."""
+    if dev != "cuda":
+        yield
+        return
+    cur = torch.cuda.current_stream()
+    s = torch.cuda.Stream()
+    s.wait_stream(cur)
+    with torch.cuda.stream(s):
+        yield
+    cur.wait_stream(s)
+
+
+def final(dev, tensors, modules=(), optimizers=()):
+    """The end state: every tensor (placement, metadata, values), every module's parameters and buffers (placement,
+    tags, object identity, values, gradients), every optimizer's state, and the aliasing structure."""
+    out = {}
+    objs = list(tensors.items())
+    for name, t in objs:
+        on_dev = t.is_cuda if dev == "cuda" else name.startswith("t")
+        out[name] = {"on device": on_dev, "meta": meta(t), "values": snap(t)}
+    for name, (m, placed, kept, tags) in dict(modules).items():
+        buffers = {n for n, _ in m.named_buffers()}
+        for pn, p in list(m.named_parameters()) + list(m.named_buffers()):
+            on_dev = p.is_cuda if dev == "cuda" else placed == "dev"
+            g = None if getattr(p, "grad", None) is None else {"meta": meta(p.grad), "values": snap(p.grad)}
+            mt = meta(p)
+            if pn in buffers:  # Module._apply replaces a buffer by what .to() returns: on the CPU side that is
+                del mt["version"]  # the same tensor, on a GPU a new one (version 0): not comparable
+            out[f"{name}.{pn}"] = {"on device": on_dev, "parameter": isinstance(p, torch.nn.Parameter), "meta": mt,
+                                   "values": snap(p), "grad": g, "tags": {k: getattr(p, k, None) for k in tags}}
+        for pn, k in kept.items():
+            out[f"{name}.{pn} kept"] = k is m.get_parameter(pn)
+    for name, o in dict(optimizers).items():
+        for gi, group in enumerate(o.param_groups):
+            for pi, p in enumerate(group["params"]):
+                for k, v in sorted(o.state.get(p, {}).items()):
+                    out[f"{name} group {gi} param {pi} {k}"] = snap(v) if isinstance(v, torch.Tensor) else v
+    ptrs, alias, same = [], [], []
+    for name, t in objs:
+        p = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        if not p[1]:
+            p = ("empty storage", name)  # no bytes, no address: shared with nothing
+        alias.append(ptrs.index(p) if p in ptrs else len(ptrs))
+        ptrs.append(p)
+        same.append(next(i for i, (n2, t2) in enumerate(objs) if t2 is t))
+    out["storages shared (first variable with the same storage)"] = alias
+    out["objects shared (first variable that is the same object)"] = same
+    return out
+
+
+# --- canonical values and their comparison ----------------------------------------------------------------------
+def canon(v):
+    """A value with every float as its bits and every tensor as (dtype, shape, strides, bytes)."""
+    if isinstance(v, torch.Tensor):
+        t = v.detach()
+        if t.is_cuda or type(t) is not torch.Tensor:
+            return ("not a plain CPU tensor", type(t).__name__, str(t.device))
+        return ("tensor", str(t.dtype), tuple(t.shape), _strides(t), _bytes(t))
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, int):
+        return ("int", v)
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(canon(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((k, canon(x)) for k, x in v.items()))
+    if isinstance(v, (torch.dtype, torch.Size, str, type(None))):
+        return (type(v).__name__, str(v))
+    return ("other", type(v).__name__, repr(v))
+
+
+def _strides(t):
+    """Strides of the dims that address memory (a dim of size 1 never steps: torch ignores its stride)."""
+    return tuple(st_ if n > 1 else None for n, st_ in zip(t.shape, t.stride()))
+
+
+def _bytes(t):
+    if not t.numel():
+        return ()
+    dense = torch.empty(tuple(t.shape), dtype=t.dtype)  # truly row-major, whatever t's strides
+    dense.copy_(t)
+    return tuple(dense.reshape(-1).view(torch.uint8).tolist())
+
+
+def first_difference(a, b, path=""):
+    """(path, a's value, b's value) where two outputs first differ (by canon), or None."""
+    if canon(a) == canon(b):
+        return None
+    if isinstance(a, dict) and isinstance(b, dict) and list(a) == list(b):
+        for k in a:
+            d = first_difference(a[k], b[k], f"{path}[{k!r}]")
+            if d is not None:
+                return d
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d is not None:
+                return d
+    return path, a, b
+
+
+def _short(v, n=600):
+    if isinstance(v, torch.Tensor):
+        s = f"{v.dtype}{list(v.shape)} stride {v.stride()} {v.tolist()!r}"
+    else:
+        s = repr(v)
+    return s if len(s) <= n else s[:n] + "..."
+
+
+# --- programs --------------------------------------------------------------------------------------------------
+_NS = {"torch": torch, "snap": snap, "meta": meta, "sync": sync, "cuda": cuda, "pin": pin, "side": side,
+       "gen": gen, "final": final}
+_HEADER = "from simdist.properties.differential import cuda, final, gen, meta, pin, side, snap, sync\nimport torch\n"
+
+
+@dataclass
+class Step:
+    op: str
+    code: str  # one or more lines, no indentation
+    new: dict = field(default_factory=dict)  # variable -> kind
+    drop: tuple = ()  # host tensors a GPU copied from and the CPU side now aliases: never used again
+    after: object = None  # the builder's bookkeeping, done once the step is accepted
+
+
+class Program:
+    """A drawn program: `prog(dev)` runs it; `str(prog)` is its source (paste it to reproduce)."""
+
+    def __init__(self, steps, final_line):
+        self.steps = list(steps)
+        self.final_line = final_line
+        body = ["def prog(dev):", "    out = []"]
+        self.line_step = {}  # line number in the source -> step index
+        lineno = _HEADER.count("\n") + 3
+        for i, s in enumerate(self.steps):
+            body.append(f"    # step {i}: {s.op}")
+            lineno += 1
+            for ln in s.code.splitlines():
+                body.append("    " + ln)
+                self.line_step[lineno] = i
+                lineno += 1
+        body.append("    " + final_line)
+        body.append("    return out")
+        self.source = _HEADER + "\n".join(body) + "\n"
+        digest = hashlib.sha1(self.source.encode()).hexdigest()[:12]
+        self.filename = f"<simdist-differential-{digest}>"
+        linecache.cache[self.filename] = (len(self.source), None, self.source.splitlines(True), self.filename)
+        ns = dict(_NS)
+        exec(compile(self.source, self.filename, "exec"), ns)
+        self._fn = ns["prog"]
+        self.__name__ = "prog"
+        self.__qualname__ = "prog"
+        self.__module__ = __name__
+
+    def __call__(self, dev):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._fn(dev)
+
+    def __repr__(self):
+        return self.source
+
+    def step_of(self, exc):
+        """The step whose line raised `exc` (the innermost frame in the program's source), or None."""
+        for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+            if fr.filename == self.filename:
+                return self.line_step.get(fr.lineno)
+        return None
+
+
+# --- the builder: draws steps against a CPU shadow of the program ----------------------------------------------
+MAX_NUMEL = 256
+MAX_NBYTES = 4096
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+INTS = (torch.int32, torch.int64)
+DTYPES = FLOATS + INTS + (torch.bool, torch.float8_e4m3fn, torch.float64, torch.uint8, torch.int8,
+                          torch.float8_e5m2)
+_DT = {d: "torch." + str(d).split(".")[1] for d in DTYPES}
+
+
+def _dt(d):
+    return _DT[d]
+
+
+class _Builder:
+    def __init__(self, draw):
+        self.draw = draw
+        self.steps = []
+        self.kinds = {}  # variable -> "dev" | "host" | "mod" | "opt"
+        self.mods = {}  # module variable -> {"placed": dev/host, "kept": {param: var}, "tags": [...], "opts": [...]}
+        self.opts = {}  # optimizer variable -> {"module": m, "stateful": bool}
+        self.counter = 0
+        self._fresh_ns()
+
+    # shadow
+    def _fresh_ns(self):
+        self.ns = dict(_NS, dev="cpu", out=[])
+
+    def _exec(self, code):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(compile(code, "<shadow>", "exec"), self.ns)
+
+    def rebuild(self):
+        self._fresh_ns()
+        for s in self.steps:
+            self._exec(s.code)
+
+    def try_step(self, step):
+        if step is None:
+            return False
+        try:
+            self._exec(step.code)
+            ok = all(self._sane(n) for n in step.new) and not any(self._lost(n) for n in self.live())
+        except Exception:  # noqa: BLE001 - eager torch rejects the step (or the builder's limits do): drop it
+            ok = False
+        if not ok:
+            self.rebuild()
+            return False
+        self.steps.append(step)
+        for n in step.drop:
+            self.kinds.pop(n, None)
+        self.kinds.update(step.new)
+        if step.after is not None:
+            step.after()
+        return True
+
+    def _sane(self, name):
+        v = self.ns.get(name)
+        if isinstance(v, torch.Tensor):
+            return v.numel() <= MAX_NUMEL and v.untyped_storage().nbytes() <= MAX_NBYTES
+        return v is not None
+
+    def _lost(self, name):
+        """A live tensor whose storage no longer holds what it views (resized away): never left behind."""
+        v = self.ns.get(name)
+        if not isinstance(v, torch.Tensor) or v.numel() == 0:
+            return False
+        ext = 1 + sum((s - 1) * st for s, st in zip(v.shape, v.stride()))
+        return (v.storage_offset() + ext) * v.element_size() > v.untyped_storage().nbytes()
+
+    def live(self):
+        return list(self.kinds)
+
+    # drawing
+    def name(self, prefix):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def pick(self, kind, pred=None):
+        names = [n for n, k in self.kinds.items() if k == kind and (pred is None or pred(self.ns[n]))]
+        if not names:
+            return None
+        return self.draw(st.sampled_from(names))
+
+    def t(self, name):
+        return self.ns[name]
+
+    def integers(self, lo, hi):
+        return self.draw(st.integers(lo, hi))
+
+    def choice(self, seq):
+        return self.draw(st.sampled_from(list(seq)))
+
+    def boolean(self):
+        return self.draw(st.booleans())
+
+    def seed(self):
+        return self.integers(0, 999)
+
+    def shape(self, min_dims=0, max_dims=3, min_size=1, max_size=4):
+        n = self.integers(min_dims, max_dims)
+        return tuple(self.integers(min_size, max_size) for _ in range(n))
+
+    def dtype(self, options=DTYPES):
+        return self.choice(options)
+
+    def scalar(self, dtype):
+        if dtype == torch.bool:
+            return self.choice(["True", "False"])
+        if dtype.is_floating_point:
+            return self.choice(["0.5", "-1.25", "2.0", "3.0", "0.0", "-0.0", "1e-3", "300.0", "float('nan')",
+                                "float('inf')", "-7"])
+        return self.choice(["0", "1", "-3", "7", "2"])
+
+    def host_data(self, shape):
+        """A deterministic host tensor expression of this shape."""
+        k = self.seed()
+        form = self.choice(["normal", "wide", "int", "bool", "special"])
+        s = repr(tuple(shape))
+        if form == "normal":
+            return f"torch.randn({s}, generator=gen({k}))"
+        if form == "wide":
+            return f"(torch.randn({s}, generator=gen({k})) * 300)"
+        if form == "int":
+            return f"torch.randint(-8, 9, {s}, generator=gen({k}))"
+        if form == "bool":
+            return f"(torch.randn({s}, generator=gen({k})) > 0)"
+        return (f"torch.tensor([0.0, -0.0, 1.0, float('nan'), float('inf'), -float('inf'), 1e-40, 65504.0, "
+                f"-3.5, 448.0, 1e30])[torch.randint(0, 11, {s}, generator=gen({k}))].clone()")
+
+    def to_dev(self, host_expr, dtype=None):
+        """A host tensor expression moved to the device, by one of the ways user code does it."""
+        forms = ["{h}.to(dev)", "cuda({h}, dev)", "torch.as_tensor({h}, device=dev)",
+                 "{h}.to(dev, non_blocking=True)", "pin({h}, dev).to(dev, non_blocking=True)"]
+        if dtype is not None:
+            d = _dt(dtype)
+            forms += [f"{{h}}.to(dev, {d})", f"{{h}}.to(device=dev, dtype={d}, non_blocking=True)",
+                      f"{{h}}.to({d}).to(dev)", f"{{h}}.to(dev).to({d})"]
+        return self.choice(forms).format(h=host_expr)
+
+    def fresh_dev(self, shape, dtype=None):
+        """A new device tensor expression of this shape (and dtype, when given)."""
+        return self.to_dev(self.host_data(shape), dtype)
+
+    def broadcastable_to(self, shape):
+        """A shape that broadcasts to `shape` (drop leading dims, set some to 1)."""
+        drop = self.integers(0, len(shape))
+        return tuple(1 if self.boolean() else d for d in shape[drop:])
+
+    def operand_for(self, x_name, to_shape=None):
+        """A device tensor operand broadcastable with (or, given to_shape, to) the shape of x: a live one if one
+        fits, else a fresh one."""
+        x = self.t(x_name)
+        target = tuple(x.shape) if to_shape is None else to_shape
+
+        def fits(y):
+            try:
+                b = torch.broadcast_shapes(tuple(y.shape), target)
+            except RuntimeError:
+                return False
+            return to_shape is None or tuple(b) == tuple(target)
+        if self.boolean():
+            y = self.pick("dev", fits)
+            if y is not None:
+                return y
+        return "(" + self.fresh_dev(self.broadcastable_to(target), self.dtype(FLOATS + INTS + (torch.bool,))) + ")"
+
+
+# --- the op table ---------------------------------------------------------------------------------------------
+@dataclass
+class Op:
+    name: str
+    category: str
+    names: tuple  # the APIs the step calls: a refusal must name one of them
+    make: object  # (builder) -> Step | None
+
+
+OPS: dict = {}
+
+
+def op(name, category, names):
+    def deco(fn):
+        OPS[name] = Op(name, category, tuple(names), fn)
+        return fn
+    return deco
+
+
+def _dev(b, pred=None):
+    return b.pick("dev", pred)
+
+
+def _nonempty(t):
+    return t.numel() > 0
+
+
+def _float(t):
+    return t.dtype.is_floating_point and t.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _ordinary(t):
+    return t.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+# creation ------------------------------------------------------------------------------------------------------
+@op("from_host", "creation", ("to", "cuda", "as_tensor", "pin_memory", "_to_copy", "copy_"))
+def _from_host(b):
+    n = b.name("t")
+    shape = b.shape()
+    dt = b.dtype() if b.boolean() else None
+    return Step("from_host", f"{n} = {b.fresh_dev(shape, dt)}", {n: "dev"})
+
+
+@op("factory", "creation", ("arange", "full", "zeros", "ones", "linspace", "tensor", "eye"))
+def _factory(b):
+    n = b.name("t")
+    shape = b.shape(1, 3)
+    numel = math.prod(shape)
+    dt = b.dtype(FLOATS + INTS + (torch.bool, torch.float64, torch.uint8))
+    d = _dt(dt)
+    form = b.choice(["arange", "full", "zeros", "ones", "linspace", "tensor", "eye"])
+    if form == "arange":
+        code = f"{n} = torch.arange({numel}, device=dev, dtype={d}).reshape({shape!r})"
+    elif form == "full":
+        code = f"{n} = torch.full({shape!r}, {b.scalar(dt)}, device=dev, dtype={d})"
+    elif form in ("zeros", "ones"):
+        code = f"{n} = torch.{form}({shape!r}, device=dev, dtype={d})"
+    elif form == "linspace":
+        code = f"{n} = torch.linspace(-2, 3, {numel}, device=dev, dtype={d}).reshape({shape!r})"
+    elif form == "eye":
+        code = f"{n} = torch.eye({shape[0]}, {shape[-1]}, device=dev, dtype={d})"
+    else:
+        vals = [b.integers(-9, 9) for _ in range(numel)]
+        code = f"{n} = torch.tensor({vals!r}, device=dev, dtype={d}).reshape({shape!r})"
+    return Step("factory", code, {n: "dev"})
+
+
+@op("host_tensor", "creation", ())
+def _host_tensor(b):
+    n = b.name("h")
+    return Step("host_tensor", f"{n} = {b.host_data(b.shape())}", {n: "host"})
+
+
+@op("empty_then_write", "creation", ("empty", "empty_like", "empty_strided", "new_empty", "zeros_like",
+                                     "ones_like", "full_like", "copy_", "fill_"))
+def _empty_then_write(b):
+    x = _dev(b)
+    n = b.name("t")
+    if x is None:
+        shape = b.shape()
+        return Step("empty_then_write", f"{n} = torch.empty({shape!r}, device=dev)\n{n}.fill_(1.5)", {n: "dev"})
+    t = b.t(x)
+    mf = b.choice(["", ", memory_format=torch.preserve_format", ", memory_format=torch.contiguous_format"]
+                  + ([", memory_format=torch.channels_last"] if t.dim() == 4 else []))
+    form = b.choice(["empty_like", "new_empty", "zeros_like", "ones_like", "full_like", "empty_strided"])
+    if form == "empty_like":
+        code = f"{n} = torch.empty_like({x}{mf})\n{n}.copy_({x})"
+    elif form == "new_empty":
+        code = f"{n} = {x}.new_empty({tuple(t.shape)!r})\n{n}.copy_({x})"
+    elif form == "zeros_like":
+        code = f"{n} = torch.zeros_like({x}{mf})"
+    elif form == "ones_like":
+        code = f"{n} = torch.ones_like({x}, dtype={_dt(b.dtype(FLOATS + INTS))}{mf})"
+    elif form == "full_like":
+        code = f"{n} = torch.full_like({x}, {b.scalar(t.dtype)}{mf})"
+    else:  # dense strides in a permuted order: every byte of the storage is written by the copy
+        perm = b.draw(st.permutations(range(t.dim())))
+        stride = [0] * t.dim()
+        acc = 1
+        for d in reversed(perm):
+            stride[d] = acc
+            acc *= t.shape[d]
+        code = (f"{n} = torch.empty_strided({tuple(t.shape)!r}, {tuple(stride)!r}, device=dev, dtype={_dt(t.dtype)})"
+                f"\n{n}.copy_({x})")
+    return Step("empty_then_write", code, {n: "dev"})
+
+
+@op("tensor_of_device_scalars", "creation", ("tensor", "item", "_local_scalar_dense"))
+def _tensor_of_scalars(b):
+    xs = [_dev(b, _nonempty) for _ in range(b.integers(1, 3))]
+    if xs[0] is None:
+        return None
+    elems = []
+    for x in xs:
+        if x is None:
+            continue
+        i = b.integers(0, b.t(x).numel() - 1)
+        elems.append(f"{x}.reshape(-1)[{i}]")
+    on_dev = b.boolean()
+    n = b.name("t" if on_dev else "h")
+    kw = ", device=dev" if on_dev else ""
+    if b.boolean():
+        kw += f", dtype={_dt(b.dtype(FLOATS + INTS))}"
+    return Step("tensor_of_device_scalars", f"{n} = torch.tensor([{', '.join(elems)}]{kw})",
+                {n: "dev" if on_dev else "host"})
+
+
+# elementwise, reductions, matmul -----------------------------------------------------------------------------
+_UNARY = ["torch.neg({x})", "{x}.abs()", "torch.exp({x})", "torch.sin({x})", "{x}.sqrt()", "torch.tanh({x})",
+          "torch.sigmoid({x})", "torch.relu({x})", "{x}.floor()", "{x}.sign()", "{x}.reciprocal()",
+          "{x}.square()", "torch.nan_to_num({x})", "{x}.logical_not()", "~{x}", "torch.round({x})",
+          "torch.erf({x})", "{x}.log1p()", "torch.rsqrt({x})", "{x}.trunc()", "{x}.frac()", "{x}.isnan()",
+          "torch.signbit({x})", "{x}.exp2()"]
+_SCALAR_BINARY = ["{x} * {s}", "{x} + {s}", "{x} - {s}", "{x} / {s}", "{x} // {s}", "{x} % {s}", "{x} ** 2",
+                  "{x} > {s}", "{x} == {s}", "{x}.clamp(min={s})", "{x}.clamp({s}, {s2})",
+                  "torch.where({x} > {s}, {x}, {s2})", "{x} & 3", "{x} << 1", "{s} - {x}", "{x}.pow({s})",
+                  "{x} * torch.tensor({s})", "{x} + torch.tensor({s}, dtype=torch.float64)",
+                  "torch.where({x} > 0, {x}, torch.tensor({s2}))", "torch.add({x}, {s}, alpha=2)",
+                  "{x}.add(torch.tensor(3))", "{x}.masked_fill({x} > 0, {s})", "torch.fmod({x}, {s})"]
+_BINARY = ["{x} + {y}", "{x} - {y}", "{x} * {y}", "{x} / {y}", "torch.maximum({x}, {y})", "torch.minimum({x}, {y})",
+           "torch.atan2({x}, {y})", "{x} == {y}", "{x} < {y}", "torch.logical_and({x}, {y})", "{x} & {y}",
+           "{x} ** {y}", "torch.fmod({x}, {y})", "torch.remainder({x}, {y})", "torch.lerp({x}, {y}, 0.3)",
+           "torch.addcmul({x}, {y}, {y}, value=0.5)", "torch.where({y} > 0, {x}, {y})", "torch.add({x}, {y}, alpha=3)",
+           "torch.hypot({x}, {y})", "torch.copysign({x}, {y})", "torch.xlogy({x}, {y})", "{x}.masked_fill({y} > 0, 1)"]
+
+
+@op("unary", "elementwise", ())
+def _unary(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    n = b.name("t")
+    return Step("unary", f"{n} = " + b.choice(_UNARY).format(x=x), {n: "dev"})
+
+
+@op("scalar_binary", "elementwise", ("where", "tensor", "masked_fill"))
+def _scalar_binary(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    dt = b.t(x).dtype
+    n = b.name("t")
+    return Step("scalar_binary", f"{n} = " + b.choice(_SCALAR_BINARY).format(
+        x=x, s=b.scalar(dt if _ordinary(b.t(x)) else torch.float32), s2=b.scalar(torch.float32)), {n: "dev"})
+
+
+@op("binary", "elementwise", ("where", "masked_fill"))
+def _binary(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    y = b.operand_for(x)
+    n = b.name("t")
+    expr = b.choice(_BINARY)
+    if b.boolean():
+        expr = expr.replace("{x}", "{X}").replace("{y}", "{x}").replace("{X}", "{y}")
+    return Step("binary", f"{n} = " + expr.format(x=x, y=y), {n: "dev"})
+
+
+_REDUCE = ["{x}.sum()", "{x}.sum({d})", "{x}.sum({d}, keepdim=True)", "{x}.mean()", "{x}.mean({d})", "{x}.prod()",
+           "{x}.amax({d})", "{x}.amin()", "{x}.max()", "{x}.max({d}).values", "{x}.max({d}).indices",
+           "{x}.min({d}, keepdim=True)[0]", "{x}.argmax()", "{x}.argmin({d})", "{x}.std({d})", "{x}.var()",
+           "{x}.norm()", "torch.linalg.vector_norm({x}, 3, {d})", "{x}.cumsum({d})", "{x}.cumprod({d})",
+           "torch.logsumexp({x}, {d})", "{x}.any()", "{x}.all({d})", "{x}.sum(dtype=torch.float64)",
+           "{x}.count_nonzero()", "torch.sort({x}, {d}, stable=True).values", "torch.sort({x}, {d}, stable=True)[1]",
+           "{x}.median()", "torch.cummax({x}, {d}).values", "{x}.softmax({d})", "torch.log_softmax({x}, {d})",
+           "{x}.nansum()", "torch.aminmax({x}).max", "{x}.sum(({d},))", "{x}.mean(dtype=torch.float32)"]
+
+
+@op("reduce", "reduction", ("sort", "cummax", "aminmax", "vector_norm"))
+def _reduce(b):
+    x = _dev(b, lambda t: t.dim() > 0)
+    if x is None:
+        return None
+    d = b.integers(-b.t(x).dim(), b.t(x).dim() - 1)
+    n = b.name("t")
+    return Step("reduce", f"{n} = " + b.choice(_REDUCE).format(x=x, d=d), {n: "dev"})
+
+
+@op("data_dependent", "reduction", ("nonzero", "masked_select", "unique", "index", "argwhere"))
+def _data_dependent(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    n = b.name("t")
+    form = b.choice(["{x}.nonzero()", "{x}[{x} > 0]", "torch.masked_select({x}, {x} != 0)",
+                     "torch.unique({x})", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1]"])
+    return Step("data_dependent", f"{n} = " + form.format(x=x), {n: "dev"})
+
+
+@op("matmul", "matmul", ("matmul", "mm", "bmm", "addmm", "linear", "einsum", "baddbmm", "mv"))
+def _matmul(b):
+    x = _dev(b, lambda t: _float(t) and t.dim() >= 1)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    k = t.shape[-1]
+    dt = _dt(t.dtype)
+    other = f"({b.fresh_dev((k, b.integers(1, 4)), t.dtype)})"
+    forms = [f"{x} @ {other}", f"torch.matmul({x}, {other})"]
+    if t.dim() >= 2:
+        forms += [f"{x} @ {x}.mT", f"{x}.mT @ {x}", f"torch.nn.functional.linear({x}, {x}.flatten(0, -2))"]
+    if t.dim() == 2:
+        forms += [f"torch.mm({x}, {x}.t())",
+                  f"torch.addmm(torch.ones({t.shape[0]}, 1, device=dev, dtype={dt}), {x}, {other}, beta=0.5)",
+                  f"torch.einsum('ij,kj->ik', {x}, {x})", f"torch.mv({x}, {x}[0])"]
+    if t.dim() == 3:
+        forms += [f"torch.bmm({x}, {x}.transpose(1, 2))",
+                  f"torch.baddbmm({x} @ {x}.transpose(1, 2), {x}, {x}.transpose(1, 2), alpha=0.5, beta=2)"]
+    return Step("matmul", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+# views -------------------------------------------------------------------------------------------------------
+def _reshapes(b, shape):
+    numel = math.prod(shape)
+    opts = [(-1,), (numel,), (1, numel), tuple(shape) + (1,)]
+    if len(shape) >= 2:
+        opts.append((shape[0] * shape[1],) + tuple(shape[2:]))
+        opts.append((-1, shape[-1]))
+    for d, s in enumerate(shape):
+        for f in range(2, s + 1):
+            if s % f == 0:
+                opts.append(tuple(shape[:d]) + (f, s // f) + tuple(shape[d + 1:]))
+    return b.choice(opts)
+
+
+@op("view", "view", ("view", "reshape", "flatten", "unflatten", "view_as", "_unsafe_view", "_reshape_alias"))
+def _view(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    s = _reshapes(b, tuple(t.shape))
+    n = b.name("t")
+    forms = [f"{x}.view({s!r})", f"{x}.reshape({s!r})", f"{x}.view(-1)", f"{x}.flatten()"]
+    if t.dim() >= 2:
+        forms += [f"{x}.flatten(0, 1)", f"{x}.flatten(-2)"]
+    if t.dim() >= 1 and t.shape[0] % 2 == 0:
+        forms.append(f"{x}.unflatten(0, (2, {t.shape[0] // 2}))")
+    y = b.pick("dev", lambda u: u.numel() == t.numel())
+    if y is not None:
+        forms.append(f"{x}.view_as({y})")
+        forms.append(f"{x}.reshape_as({y})")
+    return Step("view", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("permute", "view", ("transpose", "permute", "t", "movedim", "swapaxes", "mT", "T", "adjoint"))
+def _permute(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    nd = t.dim()
+    forms = []
+    if nd <= 2:
+        forms.append(f"{x}.t()")
+    if nd == 2:
+        forms.append(f"{x}.T")
+    if nd >= 1:
+        perm = tuple(b.draw(st.permutations(range(nd))))
+        d0, d1 = b.integers(-nd, nd - 1), b.integers(-nd, nd - 1)
+        forms += [f"{x}.permute{perm!r}" if nd > 1 else f"{x}.permute(0)", f"{x}.transpose({d0}, {d1})",
+                  f"torch.movedim({x}, {d0}, {d1})", f"{x}.swapaxes({d0}, {d1})"]
+    if nd >= 2:
+        forms += [f"{x}.mT", f"{x}.adjoint()" if t.dtype.is_floating_point else f"{x}.mT"]
+    if not forms:
+        return None
+    return Step("permute", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+def _slice_text(b, size):
+    start = b.integers(0, size)
+    stop = b.integers(start, size)
+    step = b.choice([1, 1, 2, 3])
+    a = "" if start == 0 else str(start)
+    c = "" if stop == size else str(stop)
+    return f"{a}:{c}" + ("" if step == 1 else f":{step}")
+
+
+@op("slice", "view", ("slice", "select", "narrow", "__getitem__", "unbind"))
+def _slice(b):
+    x = _dev(b, lambda t: t.dim() > 0)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    d = b.integers(0, t.dim() - 1)
+    size = t.shape[d]
+    parts = []
+    for i in range(t.dim()):
+        if b.boolean():
+            parts.append(_slice_text(b, t.shape[i]))
+        elif t.shape[i] > 0 and b.integers(0, 3) == 0:
+            parts.append(str(b.integers(-t.shape[i], t.shape[i] - 1)))
+        else:
+            parts.append(":")
+        if b.integers(0, 5) == 0:
+            parts.append("None")
+    forms = [f"{x}[{', '.join(parts)}]", f"{x}[..., {_slice_text(b, t.shape[-1])}]"]
+    if size > 0:
+        forms += [f"{x}.select({d}, {b.integers(-size, size - 1)})", f"{x}.unbind({d})[{b.integers(0, size - 1)}]"]
+    start = b.integers(0, size)
+    forms.append(f"{x}.narrow({d}, {start}, {b.integers(0, size - start)})")
+    return Step("slice", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("split", "view", ("split", "chunk", "tensor_split", "split_with_sizes", "unsafe_split"))
+def _split(b):
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 0)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    d = b.integers(0, t.dim() - 1)
+    size = t.shape[d]
+    k = b.integers(1, size)
+    forms = [f"{x}.split({k}, {d})[{b.integers(0, (size + k - 1) // k - 1)}]",
+             f"{x}.chunk({k}, {d})[-1]", f"torch.tensor_split({x}, {k}, {d})[0]"]
+    if size >= 2:
+        forms.append(f"{x}.split([1, {size - 1}], {d})[1]")
+    return Step("split", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("expand", "view", ("expand", "expand_as", "broadcast_to", "unsqueeze", "squeeze"))
+def _expand(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    nd = t.dim()
+    forms = [f"{x}.unsqueeze({b.integers(-nd - 1, nd)})", f"{x}.squeeze()"]
+    if nd > 0:
+        forms.append(f"{x}.squeeze({b.integers(-nd, nd - 1)})")
+    target = tuple(s if s != 1 or b.boolean() else b.integers(2, 3) for s in t.shape)
+    if b.boolean():
+        target = (b.integers(1, 2),) + target
+    forms += [f"{x}.expand({target!r})", f"torch.broadcast_to({x}, {target!r})", f"{x}.expand(-1, *{x}.shape[1:])"
+              if nd else f"{x}.expand(())"]
+    return Step("expand", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("unfold_diagonal", "view", ("unfold", "diagonal", "diag_embed", "diag"))
+def _unfold_diagonal(b):
+    x = _dev(b, lambda t: t.dim() > 0)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    d = b.integers(0, t.dim() - 1)
+    size = b.integers(1, max(1, t.shape[d]))
+    forms = [f"{x}.unfold({d}, {size}, {b.integers(1, 3)})"]
+    if t.dim() >= 2:
+        forms += [f"{x}.diagonal({b.integers(-2, 2)})", f"torch.diagonal({x}, 0, -1, 0)", f"{x}.diagonal(1, 1, 0)"]
+    return Step("unfold_diagonal", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("as_strided", "view", ("as_strided",))
+def _as_strided(b):
+    x = _dev(b, lambda t: t.untyped_storage().nbytes() >= t.element_size())
+    if x is None:
+        return None
+    t = b.t(x)
+    cap = t.untyped_storage().nbytes() // t.element_size()
+    nd = b.integers(0, 3)
+    size = [b.integers(1, 3) for _ in range(nd)]
+    stride = [b.integers(0, 4) for _ in range(nd)]
+    ext = 1 + sum((s - 1) * st_ for s, st_ in zip(size, stride))
+    if ext > cap:
+        return None
+    off = b.integers(0, cap - ext)
+    n = b.name("t")
+    form = b.choice([f"{x}.as_strided({size!r}, {stride!r}, {off})",
+                     f"torch.as_strided({x}, {tuple(size)!r}, {tuple(stride)!r}, {off})",
+                     f"{x}.as_strided({size!r}, {stride!r})" if ext <= cap - t.storage_offset() else
+                     f"{x}.as_strided({size!r}, {stride!r}, {off})"])
+    return Step("as_strided", f"{n} = " + form, {n: "dev"})
+
+
+@op("view_dtype", "view", ("view",))
+def _view_dtype(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    n = b.name("t")
+    return Step("view_dtype", f"{n} = {x}.view({_dt(b.dtype())})", {n: "dev"})
+
+
+@op("alias", "view", ("data", "detach", "alias", "contiguous", "to"))
+def _alias(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    n = b.name("t")
+    form = b.choice(["{x}.data", "{x}.detach()", "{x}.contiguous()", "{x}.to({x}.dtype)", "{x}.to(dev)",
+                     "{x}.view({x}.shape)", "{x}[...]", "{x}.type({dt})"])
+    return Step("alias", f"{n} = " + form.format(x=x, dt=_dt(b.t(x).dtype)), {n: "dev"})
+
+
+# in-place metadata ops ------------------------------------------------------------------------------------------
+@op("inplace_view", "inplace view", ("t_", "transpose_", "unsqueeze_", "squeeze_", "as_strided_", "swapdims_",
+                                      "detach_"))
+def _inplace_view(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    nd = t.dim()
+    forms = [f"{x}.unsqueeze_({b.integers(-nd - 1, nd)})", f"{x}.squeeze_()", f"{x}.detach_()"]
+    if nd <= 2:
+        forms.append(f"{x}.t_()")
+    if nd > 0:
+        forms += [f"{x}.transpose_({b.integers(-nd, nd - 1)}, {b.integers(-nd, nd - 1)})",
+                  f"{x}.squeeze_({b.integers(-nd, nd - 1)})", f"{x}.swapdims_(0, {nd - 1})"]
+    cap = t.untyped_storage().nbytes() // max(1, t.element_size())
+    if cap >= 1:
+        k = b.integers(1, cap)
+        forms.append(f"{x}.as_strided_(({k},), (1,), {b.integers(0, cap - k)})")
+    return Step("inplace_view", b.choice(forms))
+
+
+@op("resize", "storage", ("resize_", "resize_as_"))
+def _resize(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    t = b.t(x)
+    shape = b.shape(0, 3, 0, 5)
+    isz = t.element_size()
+    cap = t.untyped_storage().nbytes()
+    y = b.pick("dev", lambda u: u.numel() <= MAX_NUMEL)
+    form = "resize_as_" if y is not None and b.boolean() else "resize_"
+    if form == "resize_as_":
+        shape = tuple(b.t(y).shape)
+        code = f"{x}.resize_as_({y})"
+    else:
+        code = f"{x}.resize_({shape!r})"
+    if (t.storage_offset() + math.prod(shape)) * isz > cap:  # the storage grows: its new bytes are written now
+        code += f"\n{x}.fill_({b.scalar(t.dtype)})"
+    return Step("resize", code)
+
+
+@op("set_", "storage", ("set_", "untyped_storage"))
+def _set(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    t = b.t(x)
+    form = b.choice(["tensor", "storage", "storage_view", "noarg", "new"])
+    if form == "noarg":
+        return Step("set_", f"{x}.set_()")
+    y = b.pick("dev", lambda u: u.dtype == t.dtype)
+    if y is None:
+        return None
+    u = b.t(y)
+    if form == "tensor":
+        return Step("set_", f"{x}.set_({y})")
+    if form == "storage":
+        return Step("set_", f"{x}.set_({y}.untyped_storage())")
+    cap = u.untyped_storage().nbytes() // u.element_size()
+    if cap < 1:
+        return None
+    k = b.integers(1, min(cap, 6))
+    st_ = b.integers(1, 2)
+    ext = 1 + (k - 1) * st_
+    if ext > cap:
+        return None
+    off = b.integers(0, cap - ext)
+    if form == "storage_view":
+        return Step("set_", f"{x}.set_({y}.untyped_storage(), {off}, ({k},), ({st_},))")
+    n = b.name("t")
+    return Step("set_", f"{n} = torch.empty(0, device=dev, dtype={_dt(u.dtype)}).set_({y}.untyped_storage(), {off}, "
+                        f"({k},), ({st_},))", {n: "dev"})
+
+
+@op("storage_resize", "storage", ("untyped_storage", "resize_", "set_"))
+def _storage_resize(b):
+    """Storage resize, as FSDP2 frees and refills parameters: to 0 and back (the tensor then rewritten), or larger
+    (the new tail written through a uint8 view of the storage)."""
+    x = _dev(b, lambda t: t.untyped_storage().nbytes() > 0 and t.is_contiguous() and t.storage_offset() == 0
+             and t.numel() * t.element_size() == t.untyped_storage().nbytes() and _ordinary(t))
+    if x is None:
+        return None
+    t = b.t(x)
+    nb = t.untyped_storage().nbytes()
+    if b.boolean():
+        src = b.pick("dev", lambda u: tuple(u.shape) == tuple(t.shape) and u.untyped_storage().data_ptr()
+                     != t.untyped_storage().data_ptr())
+        fill = f"{x}.copy_({src})" if src is not None else f"{x}.fill_({b.scalar(t.dtype)})"
+        return Step("storage_resize", f"{x}.untyped_storage().resize_(0)\n{x}.untyped_storage().resize_({nb})\n{fill}")
+    grow = b.integers(1, 64)
+    tail = b.name("t")
+    return Step("storage_resize", f"{x}.untyped_storage().resize_({nb + grow})\n"
+                                  f"{tail} = torch.empty(0, device=dev, dtype=torch.uint8).set_({x}.untyped_storage(), "
+                                  f"{nb}, ({grow},))\n{tail}.fill_({b.integers(0, 255)})", {tail: "dev"})
+
+
+@op("typed_storage", "storage", ("storage", "_typed_storage", "TypedStorage"))
+def _typed_storage(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    form = b.choice(["{x}.storage().size()", "{x}.storage().nbytes()", "{x}.storage().dtype",
+                     "{x}.storage().data_ptr() == {x}.untyped_storage().data_ptr()", "len({x}.storage())",
+                     "{x}.storage().element_size()"])
+    return Step("typed_storage", f"out.append(({len(b.steps)}, {form.format(x=x)}))")
+
+
+@op("data_assign", "storage", ("data", "set_data"))
+def _data_assign(b):
+    x = _dev(b)
+    y = _dev(b)
+    if x is None or y is None:
+        return None
+    form = b.choice(["{x}.data = {y}", "{x}.data = {y}.data", "{x}.data = {y}[..., :1]", "{x}.data = {y}.t()"
+                     if b.t(y).dim() <= 2 else "{x}.data = {y}.flatten()"])
+    return Step("data_assign", form.format(x=x, y=y))
+
+
+# in-place value ops ------------------------------------------------------------------------------------------
+_INPLACE_SCALAR = ["{x}.add_({s})", "{x}.mul_({s})", "{x}.sub_({s}, alpha=2)", "{x}.div_({s})", "{x}.fill_({s})",
+                   "{x}.zero_()", "{x}.clamp_({s}, {s2})", "{x}.clamp_min_({s})", "{x}.neg_()", "{x}.abs_()",
+                   "{x}.exp_()", "{x}.relu_()", "{x}.floor_()", "{x}.pow_(2)", "{x}.copy_(torch.tensor({s}))",
+                   "{x}.fill_(torch.tensor({s}))", "{x}.masked_fill_({x} > 0, {s})", "{x}.sqrt_()",
+                   "{x}.nan_to_num_()", "{x}.sigmoid_()", "{x}[...] = {s}", "{x}.mul_(torch.tensor({s}))"]
+_INPLACE_TENSOR = ["{x}.add_({y})", "{x}.mul_({y})", "{x}.sub_({y}, alpha=0.5)", "{x}.div_({y})", "{x}.copy_({y})",
+                   "{x}.copy_({y}, non_blocking=True)", "{x}.addcmul_({y}, {y}, value=2)", "{x}.lerp_({y}, 0.25)",
+                   "{x}.masked_fill_({y} > 0, -2)", "torch.maximum({x}, {y}, out={x})",
+                   "torch.add({x}, {y}, out={x})", "{x}.clamp_(max={y})", "{x}[...] = {y}", "{x}.logical_and_({y})",
+                   "{x}.bitwise_or_({y})", "torch.mul({x}, {y}, out={x})"]
+
+
+@op("inplace_scalar", "inplace", ("copy_", "fill_", "masked_fill_", "tensor"))
+def _inplace_scalar(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    return Step("inplace_scalar", b.choice(_INPLACE_SCALAR).format(
+        x=x, s=b.scalar(b.t(x).dtype), s2=b.scalar(b.t(x).dtype)))
+
+
+@op("inplace_tensor", "inplace", ("copy_", "masked_fill_"))
+def _inplace_tensor(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    y = b.operand_for(x, tuple(b.t(x).shape))
+    return Step("inplace_tensor", b.choice(_INPLACE_TENSOR).format(x=x, y=y))
+
+
+@op("out_arg", "inplace", ("out",))
+def _out_arg(b):
+    """An `out=` argument that is a view of another tensor (of the exact shape: no resize)."""
+    x = _dev(b, lambda t: _ordinary(t) and t.numel() > 0)
+    if x is None:
+        return None
+    t = b.t(x)
+    y = b.operand_for(x, tuple(t.shape))
+    form = b.choice(["torch.add({y}, 1, out={x})", "torch.mul({y}, {y}, out={x})", "torch.neg({y}, out={x})",
+                     "torch.sum({y}.unsqueeze(0).expand(2, *{y}.shape), 0, out={x})", "torch.abs({y}, out={x})",
+                     "torch.clamp({y}, 0, 1, out={x})",
+                     "torch.cat([{y}], out={x})" if t.dim() > 0 else "torch.add({y}, 2, out={x})"])
+    return Step("out_arg", form.format(x=x, y=f"({y}).to({_dt(t.dtype)})"))
+
+
+@op("setitem", "inplace", ("__setitem__", "index_put_", "copy_", "fill_", "slice", "masked_fill_"))
+def _setitem(b):
+    x = _dev(b, lambda t: t.dim() > 0 and _ordinary(t))
+    if x is None:
+        return None
+    t = b.t(x)
+    d0 = t.shape[0]
+    lo = b.integers(0, d0)
+    hi = b.integers(lo, d0)
+    stp = b.choice([1, 2])
+    sub = torch.empty(t.shape, device="meta")[lo:hi:stp]
+    region = f"{lo}:{hi}" + ("" if stp == 1 else f":{stp}")
+    kind = b.choice(["scalar", "tensor", "index", "mask", "accumulate", "host"])
+    if kind == "scalar":
+        return Step("setitem", f"{x}[{region}] = {b.scalar(t.dtype)}")
+    if kind == "tensor":
+        y = b.operand_for(x, tuple(sub.shape))
+        return Step("setitem", f"{x}[{region}] = {y}")
+    if kind == "host":
+        return Step("setitem", f"{x}[{region}] = {b.host_data(b.broadcastable_to(tuple(sub.shape)))}")
+    if d0 == 0:
+        return None
+    idx = [b.integers(0, d0 - 1) for _ in range(b.integers(1, 3))]
+    if kind == "index":
+        return Step("setitem", f"{x}[torch.tensor({idx!r}, device=dev)] = {b.scalar(t.dtype)}")
+    if kind == "accumulate":
+        vals = b.fresh_dev((len(idx),) + tuple(t.shape[1:]), t.dtype)
+        return Step("setitem", f"{x}.index_put_((torch.tensor({idx!r}, device=dev),), {vals}, accumulate=True)")
+    return Step("setitem", f"{x}[{x} > 0] = {b.scalar(t.dtype)}")
+
+
+@op("index_ops", "inplace", ("index_add_", "index_copy_", "index_fill_", "scatter_", "scatter_add_",
+                             "scatter_reduce_", "masked_scatter_", "index_select", "gather", "take"))
+def _index_ops(b):
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 0 and _ordinary(t) and t.dtype != torch.bool)
+    if x is None:
+        return None
+    t = b.t(x)
+    d = b.integers(0, t.dim() - 1)
+    size = t.shape[d]
+    dt = t.dtype
+    kind = b.choice(["index_add_", "index_copy_", "index_fill_", "scatter_", "scatter_value", "scatter_add_",
+                     "scatter_reduce_", "masked_scatter_", "index_select", "gather"])
+    if kind in ("index_add_", "index_copy_", "index_fill_", "index_select"):
+        k = b.integers(1, 3)
+        idx = [b.integers(0, size - 1) for _ in range(k)]
+        if kind == "index_copy_":
+            idx = sorted(set(idx))
+            k = len(idx)
+        it = f"torch.tensor({idx!r}, device=dev)"
+        src_shape = tuple(t.shape[:d]) + (k,) + tuple(t.shape[d + 1:])
+        src = b.fresh_dev(src_shape, dt)
+        if kind == "index_fill_":
+            return Step("index_ops", f"{x}.index_fill_({d}, {it}, {b.scalar(dt)})")
+        if kind == "index_select":
+            n = b.name("t")
+            return Step("index_ops", f"{n} = {x}.index_select({d}, {it})", {n: "dev"})
+        alpha = ", alpha=2" if kind == "index_add_" and b.boolean() else ""
+        return Step("index_ops", f"{x}.{kind}({d}, {it}, {src}{alpha})")
+    if kind == "masked_scatter_":
+        src = b.fresh_dev(tuple(t.shape), dt)
+        return Step("index_ops", f"{x}.masked_scatter_({x} > 0, {src})")
+    ishape = tuple(b.integers(1, s) for s in t.shape)
+    it = f"torch.randint(0, {size}, {ishape!r}, generator=gen({b.seed()})).to(dev)"
+    src = b.fresh_dev(ishape, dt)
+    if kind == "scatter_value":
+        return Step("index_ops", f"{x}.scatter_({d}, {it}, {b.scalar(dt)})")
+    if kind == "scatter_reduce_":
+        red = b.choice(["sum", "prod", "mean", "amax", "amin"])
+        return Step("index_ops", f"{x}.scatter_reduce_({d}, {it}, {src}, {red!r}, include_self={b.boolean()})")
+    if kind == "gather":
+        n = b.name("t")
+        return Step("index_ops", f"{n} = torch.gather({x}, {d}, {it})", {n: "dev"})
+    return Step("index_ops", f"{x}.{kind}({d}, {it}, {src})")
+
+
+# layouts, casts, joins -----------------------------------------------------------------------------------------
+@op("layout", "layout", ("contiguous", "clone", "to", "channels_last", "memory_format"))
+def _layout(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    fmts = ["torch.preserve_format", "torch.contiguous_format"] + (["torch.channels_last"] if t.dim() == 4 else [])
+    f = b.choice(fmts)
+    form = b.choice([f"{x}.contiguous()", f"{x}.clone()", f"{x}.clone(memory_format={f})",
+                     f"{x}.contiguous(memory_format={f})" if f != "torch.preserve_format" else f"{x}.contiguous()",
+                     f"{x}.to(memory_format={f})", f"{x}.to(dev, memory_format={f}, copy=True)"])
+    return Step("layout", f"{n} = {form}", {n: "dev"})
+
+
+@op("channels_last", "layout", ("channels_last", "contiguous", "to", "permute", "conv2d", "avg_pool2d"))
+def _channels_last(b):
+    n = b.name("t")
+    shape = (b.integers(1, 2), b.integers(1, 3), b.integers(1, 3), b.integers(1, 3))
+    src = b.fresh_dev(shape, b.dtype(FLOATS))
+    form = b.choice(["{s}.contiguous(memory_format=torch.channels_last)", "{s}.to(memory_format=torch.channels_last)",
+                     "{s}.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)",
+                     "torch.nn.functional.avg_pool2d({s}.contiguous(memory_format=torch.channels_last), 1)"])
+    return Step("channels_last", f"{n} = " + form.format(s=src), {n: "dev"})
+
+
+@op("cast", "cast", ("to", "_to_copy", "float", "half", "bfloat16", "int", "long", "bool", "double", "type",
+                     "type_as"))
+def _cast(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    n = b.name("t")
+    dt = b.dtype()
+    d = _dt(dt)
+    forms = [f"{x}.to({d})", f"{x}.to(dev, {d})", f"{x}.to(dtype={d}, copy=True)", f"{x}.type({d})",
+             f"{x}.float()", f"{x}.half()", f"{x}.bfloat16()", f"{x}.int()", f"{x}.long()", f"{x}.bool()",
+             f"{x}.double()", f"{x}.to(torch.float8_e4m3fn)", f"{x}.to(torch.float8_e4m3fn).float()",
+             f"{x}.to(torch.float8_e5m2).to(torch.bfloat16)"]
+    y = _dev(b)
+    if y is not None:
+        forms += [f"{x}.type_as({y})", f"{x}.to({y})"]
+    return Step("cast", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("join", "join", ("cat", "stack", "hstack", "vstack", "concat"))
+def _join(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    t = b.t(x)
+    n = b.name("t")
+    shape = tuple(t.shape)
+    others = []
+    for _ in range(b.integers(0, 2)):
+        y = b.pick("dev", lambda u: tuple(u.shape) == shape and _ordinary(u))
+        others.append(y if y is not None else f"({b.fresh_dev(shape, b.dtype(FLOATS + INTS))})")
+    parts = [x] + others + ([f"{x} * 2"] if b.boolean() else [])
+    nd = t.dim()
+    d = b.integers(-max(nd, 1), max(nd, 1) - 1)
+    ds = b.integers(-nd - 1, nd)
+    forms = [f"torch.stack([{', '.join(parts)}], {ds})"]
+    if nd > 0:
+        forms += [f"torch.cat([{', '.join(parts)}], {d})", f"torch.cat([{', '.join(parts)}], dim={d})",
+                  f"torch.concat([{', '.join(parts)}])", f"torch.cat([{x}, torch.tensor([], device=dev)])",
+                  f"torch.hstack([{', '.join(parts)}])", f"torch.vstack([{', '.join(parts)}])"]
+    return Step("join", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+# host <-> device ---------------------------------------------------------------------------------------------
+@op("to_host", "transfer", ("cpu", "to", "_to_copy", "copy_", "non_blocking", "synchronize"))
+def _to_host(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    i = len(b.steps)
+    form = b.choice(["snap({x}.cpu())", "snap({x}.to('cpu'))", "snap({x}.to('cpu', torch.float32))",
+                     "snap({x}.to(device='cpu', dtype=torch.float64))", "snap({x}.cpu().float())",
+                     "snap({x}.cpu(memory_format=torch.contiguous_format))", "meta({x})"])
+    if b.boolean():
+        return Step("to_host", f"out.append(({i}, {form.format(x=x)}))")
+    h = b.name("h")
+    if b.boolean():  # non_blocking into pinned memory: the host waits before reading
+        return Step("to_host", f"{h} = {x}.to('cpu', non_blocking=True)\nsync(dev)\nout.append(({i}, snap({h})))")
+    return Step("to_host", f"{h} = {x}.to('cpu', copy=True)", {h: "host"})
+
+
+@op("copy_to_host", "transfer", ("copy_", "non_blocking", "synchronize", "pin_memory"))
+def _copy_to_host(b):
+    h = b.pick("host", _ordinary)
+    if h is None:
+        return None
+    ht = b.t(h)
+
+    def fits(u):
+        try:
+            return tuple(torch.broadcast_shapes(tuple(u.shape), tuple(ht.shape))) == tuple(ht.shape)
+        except RuntimeError:
+            return False
+    x = _dev(b, fits)
+    if x is None:
+        return None
+    if b.boolean():
+        return Step("copy_to_host", f"{h}.copy_({x})")
+    p = b.name("h")
+    return Step("copy_to_host", f"{p} = pin(torch.zeros({tuple(ht.shape)!r}, dtype={_dt(ht.dtype)}), dev)\n"
+                                f"{p}.copy_({x}, non_blocking=True)\nsync(dev)\n{h}.copy_({p})", {p: "host"})
+
+
+@op("copy_from_host", "transfer", ("copy_", "non_blocking", "pin_memory", "to", "cuda", "as_tensor"))
+def _copy_from_host(b):
+    if b.boolean():
+        h = b.pick("host")
+        if h is None:
+            return None
+        ht = b.t(h)
+        x = _dev(b, lambda u: _ordinary(u) and _broadcasts_to(ht.shape, u.shape))
+        if x is None:
+            return None
+        form = b.choice([f"{x}.copy_({h})", f"{x}.copy_({h}, non_blocking=True)",
+                         f"{x}.copy_(pin({h}, dev), non_blocking=True)\nsync(dev)"])
+        return Step("copy_from_host", form)
+    # moved: a GPU copies, the CPU side's device tensor is the host tensor itself, which is therefore never used
+    # again, and must not have been written yet (a GPU's new tensor has version 0)
+    h = b.pick("host", lambda t: t._version == 0)
+    if h is None:
+        return None
+    n = b.name("t")
+    return Step("copy_from_host", f"{n} = {b.to_dev(h, b.dtype() if b.boolean() else None)}", {n: "dev"}, (h,))
+
+
+def _broadcasts_to(src, dst):
+    try:
+        return tuple(torch.broadcast_shapes(tuple(src), tuple(dst))) == tuple(dst)
+    except RuntimeError:
+        return False
+
+
+@op("host_values", "transfer", ("tolist", "item", "_local_scalar_dense", "equal", "allclose", "__bool__",
+                                "__float__", "__int__", "is_nonzero", "is_set_to"))
+def _host_values(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    t = b.t(x)
+    i = len(b.steps)
+    forms = ["{x}.tolist()", "{x}.dim()", "{x}.is_contiguous()", "{x}.numel()"]
+    if t.numel() > 0:
+        forms += [f"{{x}}.reshape(-1)[{b.integers(0, t.numel() - 1)}].item()", "float({x}.reshape(-1)[0])",
+                  "bool({x}.reshape(-1)[-1])", "int({x}.reshape(-1)[0].float().nan_to_num().clamp(-9, 9))"]
+    y = _dev(b)
+    if y is not None:
+        forms += [f"torch.equal({{x}}, {y})", f"{{x}}.is_set_to({y})"]
+        if b.t(y).shape == t.shape and _float(t) and _float(b.t(y)):
+            forms.append(f"torch.allclose({{x}}, {y}.to({{x}}.dtype))")
+    return Step("host_values", f"out.append(({i}, {b.choice(forms).format(x=x)}))")
+
+
+@op("side_stream", "stream", ("Stream", "stream", "wait_stream"))
+def _side_stream(b):
+    x = _dev(b, _ordinary)
+    if x is None:
+        return None
+    form = b.choice(["{x}.mul_(2)", "{x}.add_(1)", "{x}.zero_()", "{x}.fill_(4)", "{x}.copy_({x} * 3)"])
+    return Step("side_stream", f"with side(dev):\n    " + form.format(x=x))
+
+
+# modules and optimizers -------------------------------------------------------------------------------------
+_MODULES = {
+    "linear": ("torch.nn.Linear({i}, {o}, bias={bias})", lambda i, o: ("linear", (2, i))),
+    "mlp": ("torch.nn.Sequential(torch.nn.Linear({i}, {o}), torch.nn.ReLU(), torch.nn.Linear({o}, {i}))",
+            lambda i, o: ("linear", (3, i))),
+    "layernorm": ("torch.nn.LayerNorm({i})", lambda i, o: ("linear", (2, i))),
+    "conv": ("torch.nn.Conv2d({i}, {o}, 3, padding=1, bias={bias})", lambda i, o: ("conv", (1, i, 3, 3))),
+    "embedding": ("torch.nn.Embedding(5, {o})", lambda i, o: ("index", (3,))),
+    "batchnorm": ("torch.nn.BatchNorm1d({i})", lambda i, o: ("linear", (4, i))),
+}
+
+
+@op("module_new", "module", ("Linear", "Sequential", "LayerNorm", "Conv2d", "Embedding", "BatchNorm1d"))
+def _module_new(b):
+    kind = b.choice(list(_MODULES))
+    i, o = b.integers(1, 4), b.integers(1, 4)
+    m = b.name("m")
+    text = _MODULES[kind][0].format(i=i, o=o, bias=b.boolean())
+    move = b.choice(["", ".to(dev)", ".cuda", ".to(dev, torch.bfloat16)"])
+    placed = "host" if not move else "dev"
+    text = f"cuda({text}, dev)" if move == ".cuda" else text + move
+    info = {"placed": placed, "kept": {}, "tags": [], "input": _MODULES[kind][1](i, o), "opts": []}
+    return Step("module_new", f"torch.manual_seed({b.seed()})\n{m} = {text}", {m: "mod"},
+                after=lambda: b.mods.__setitem__(m, info))
+
+
+def _module(b, pred=None):
+    names = [m for m in b.mods if b.kinds.get(m) == "mod" and (pred is None or pred(b.mods[m]))]
+    return None if not names else b.choice(names)
+
+
+def _params(b, m):
+    return [n for n, _ in b.ns[m].named_parameters()]
+
+
+@op("module_tag", "module", ("Parameter",))
+def _module_tag(b):
+    m = _module(b)
+    if m is None:
+        return None
+    ps = _params(b, m)
+    if not ps:
+        return None
+    p = b.choice(ps)
+    tag = b.choice(["tensor_model_parallel", "partition_dim", "sequence_parallel", "shared"])
+    val = b.choice(["True", "0", "1", "'tp'"])
+    return Step("module_tag", f"{m}.get_parameter({p!r}).{tag} = {val}",
+                after=lambda: b.mods[m].__setitem__("tags", sorted(set(b.mods[m]["tags"]) | {tag})))
+
+
+@op("module_keep", "module", ("Parameter",))
+def _module_keep(b):
+    """Keep a reference to a parameter: after .cuda()/.to() it must still be the module's parameter."""
+    m = _module(b)
+    if m is None:
+        return None
+    ps = _params(b, m)
+    if not ps:
+        return None
+    p = b.choice(ps)
+    k = b.name("p")
+    return Step("module_keep", f"{k} = {m}.get_parameter({p!r})", {k: "param"},
+                after=lambda: b.mods[m]["kept"].__setitem__(p, k))
+
+
+def _stateless(b, m):
+    return not any(b.opts[o]["stateful"] for o in b.mods[m]["opts"] if b.kinds.get(o) == "opt")
+
+
+@op("module_move", "module", ("to", "cuda", "cpu", "half", "float", "bfloat16", "double", "_apply",
+                              "swap_tensors", "set_data", "_has_compatible_shallow_copy_type"))
+def _module_move(b):
+    m = _module(b)
+    if m is None:
+        return None
+    info = b.mods[m]
+    forms = [("{m}.to(dev)", "dev"), ("cuda({m}, dev)", "dev"), ("{m}.cpu()", "host"), ("{m}.half()", None),
+             ("{m}.float()", None), ("{m}.bfloat16()", None), ("{m}.to(torch.float16)", None),
+             ("{m}.to(dev, torch.bfloat16)", "dev"), ("{m}.to(device=dev, dtype=torch.float32)", "dev"),
+             ("{m}.double()", None), ("{m}.to(dev, non_blocking=True)", "dev"), ("{m}.to(torch.float32)", None)]
+    text, placed = b.choice(forms)
+    if placed is not None and placed != info["placed"] and not _stateless(b, m):
+        return None  # optimizer state stays where it was made: a later step would mix devices
+    return Step("module_move", text.format(m=m), after=lambda: info.__setitem__("placed", placed or info["placed"]))
+
+
+def _module_input(b, m):
+    info = b.mods[m]
+    kind, shape = info["input"]
+    dtype = next(iter(b.ns[m].parameters())).dtype if list(b.ns[m].parameters()) else torch.float32
+    if kind == "index":
+        host = f"torch.randint(0, 5, {shape!r}, generator=gen({b.seed()}))"
+    else:
+        host = f"torch.randn({shape!r}, generator=gen({b.seed()})).to({_dt(dtype)})"
+        if kind == "conv" and b.boolean():
+            host += ".contiguous(memory_format=torch.channels_last)"
+    return b.to_dev(host) if info["placed"] == "dev" else host
+
+
+@op("module_forward", "module", ("linear", "addmm", "conv2d", "layer_norm", "embedding", "batch_norm",
+                                 "native_layer_norm", "convolution", "relu"))
+def _module_forward(b):
+    m = _module(b)
+    if m is None:
+        return None
+    place = b.mods[m]["placed"]
+    n = b.name("t" if place == "dev" else "h")
+    ctx = b.choice(["", "with torch.no_grad():\n    "])
+    return Step("module_forward", f"{ctx}{n} = {m}({_module_input(b, m)})", {n: place})
+
+
+@op("module_backward", "module", ("backward", "sum", "mm", "linear", "convolution_backward",
+                                  "native_layer_norm_backward", "embedding_dense_backward", "threshold_backward"))
+def _module_backward(b):
+    m = _module(b)
+    if m is None:
+        return None
+    red = b.choice(["sum()", "square().mean()", "float().sum()"])
+    return Step("module_backward", f"{m}({_module_input(b, m)}).{red}.backward()")
+
+
+@op("module_grads", "module", ("grad", "full_like", "zero_grad"))
+def _module_grads(b):
+    m = _module(b)
+    if m is None:
+        return None
+    form = b.choice([f"for p_ in {m}.parameters():\n    p_.grad = torch.full_like(p_, {b.choice(['0.5', '-1.0', '3.0'])})",
+                     f"{m}.zero_grad()", f"{m}.zero_grad(set_to_none=False)",
+                     f"for p_ in {m}.parameters():\n    p_.grad = p_.detach().clone().mul_(2)"])
+    return Step("module_grads", form)
+
+
+@op("optimizer_new", "module", ("SGD", "Adam", "AdamW", "foreach", "fused"))
+def _optimizer_new(b):
+    m = _module(b)
+    if m is None:
+        return None
+    o = b.name("o")
+    kind = b.choice(["SGD", "Adam", "AdamW"])
+    impl = b.choice(["foreach=False", "foreach=True", "fused=True"])
+    extra = {"SGD": f"lr=0.1, momentum={b.choice(['0.0', '0.9'])}", "Adam": "lr=0.01", "AdamW": "lr=0.01, "
+             "weight_decay=0.1"}[kind]
+    def after():
+        b.opts[o] = {"module": m, "stateful": False}
+        b.mods[m]["opts"].append(o)
+    return Step("optimizer_new", f"{o} = torch.optim.{kind}({m}.parameters(), {extra}, {impl})", {o: "opt"},
+                after=after)
+
+
+@op("optimizer_step", "module", ("step", "_foreach_add_", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
+                                 "lerp_", "addcdiv_", "_foreach_lerp_", "_foreach_addcdiv_", "sqrt"))
+def _optimizer_step(b):
+    names = [o for o in b.opts if b.kinds.get(o) == "opt"]
+    if not names:
+        return None
+    o = b.choice(names)
+    m = b.opts[o]["module"]
+    grads = b.choice(["", f"for p_ in {m}.parameters():\n    p_.grad = torch.full_like(p_, {b.choice(['0.5', '-2.0'])})\n",
+                      f"{m}({_module_input(b, m)}).sum().backward()\n"])
+    return Step("optimizer_step", grads + f"{o}.step()" + (f"\n{o}.zero_grad()" if b.boolean() else ""),
+                after=lambda: b.opts[o].__setitem__("stateful", True))
+
+
+@op("param_data", "module", ("data", "set_data", "view_as", "copy_", "zeros"))
+def _param_data(b):
+    """Megatron's distributed optimizer: each parameter's data becomes a view of one flat buffer."""
+    m = _module(b, lambda i: i["placed"] == "dev")
+    if m is None:
+        return None
+    ps = list(b.ns[m].named_parameters())
+    if not ps:
+        return None
+    total = sum(p.numel() for _, p in ps)
+    buf = b.name("t")
+    lines = [f"{buf} = torch.zeros({total}, device=dev, dtype={_dt(ps[0][1].dtype)})"]
+    off = 0
+    for pn, p in ps:
+        lines.append(f"{buf}[{off}:{off + p.numel()}].copy_({m}.get_parameter({pn!r}).data.view(-1))")
+        lines.append(f"{m}.get_parameter({pn!r}).data = {buf}[{off}:{off + p.numel()}].view_as("
+                     f"{m}.get_parameter({pn!r}))")
+        off += p.numel()
+    return Step("param_data", "\n".join(lines), {buf: "dev"})
+
+
+# --- drawing a program --------------------------------------------------------------------------------------
+_OP_NAMES = list(OPS)
+_STARTERS = ["from_host", "factory", "channels_last", "host_tensor", "module_new"]
+
+
+def _final_line(b):
+    tensors = [n for n, k in b.kinds.items() if k in ("dev", "host")]
+    mods = []
+    for m, info in b.mods.items():
+        if b.kinds.get(m) != "mod":
+            continue
+        kept = "{" + ", ".join(f"{p!r}: {k}" for p, k in info["kept"].items()) + "}"
+        mods.append(f"{m!r}: ({m}, {info['placed']!r}, {kept}, {info['tags']!r})")
+    opts = [o for o in b.opts if b.kinds.get(o) == "opt"]
+    return (f"out.append(('final', final(dev, {{{', '.join(f'{n!r}: {n}' for n in tensors)}}}, "
+            f"{{{', '.join(mods)}}}, {{{', '.join(f'{o!r}: {o}' for o in opts)}}})))")
+
+
+@st.composite
+def programs(draw, max_steps=12, ops=None):
+    """A straight-line program of up to max_steps steps drawn from OPS (or the named subset), valid on the
+    CPU by construction."""
+    names = list(ops) if ops is not None else _OP_NAMES
+    cats = {}
+    for nm in names:
+        cats.setdefault(OPS[nm].category, []).append(nm)
+    cat_names = list(cats)
+    b = _Builder(draw)
+    for _ in range(draw(st.integers(1, 3))):  # something to work on
+        b.try_step(OPS[draw(st.sampled_from(_STARTERS))].make(b))
+    for _ in range(draw(st.integers(1, max_steps))):
+        for _attempt in range(4):  # an op with nothing to work on yet: draw another
+            cat = draw(st.sampled_from(cat_names))  # a category, then an op: every op is drawn about as often
+            step = OPS[draw(st.sampled_from(cats[cat]))].make(b)
+            if step is not None:
+                break
+        b.try_step(step)
+    fl = _final_line(b)
+    try:
+        b._exec(fl)
+    except Exception as e:  # noqa: BLE001 - the builder's own error: a step left a state it cannot read
+        raise AssertionError(f"differential builder: the final state of this program cannot be read: {e}\n"
+                             + Program(b.steps, fl).source) from e
+    return Program(b.steps, fl)
+
+
+# --- running a program both ways -------------------------------------------------------------------------------
+@dataclass
+class Refusal:
+    """simdist refused the program with UnsupportedOperation at `step` (an op of the table), naming `api`."""
+    step: int
+    op: str
+    api: str
+    message: str
+
+
+def run_both(prog, seed=0):
+    """(simdist's returns or its exception, eager CPU returns)."""
+    import simdist
+    try:
+        res = simdist.run(prog, args=("cuda",), seed=seed)
+        got = res
+    except Exception as e:  # noqa: BLE001 - judged by check()
+        got = e
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as simdist's kernels run: reductions split over threads round differently
+    try:
+        want = prog("cpu")
+    finally:
+        torch.set_num_threads(threads)
+    return got, want
+
+
+def _fail(prog, what):
+    raise PropertyFailure(f"differential: {what}\n--- program (paste to reproduce) ---\n{prog.source}")
+
+
+def check(prog, seed=0):
+    """Run `prog` under simdist and eagerly; raise PropertyFailure on any difference, any hazard report or any
+    exception but a named refusal. Returns None, or the Refusal."""
+    from simdist import UnsupportedOperation
+    got, want = run_both(prog, seed)
+    if isinstance(got, UnsupportedOperation):
+        i = prog.step_of(got)
+        if i is None:
+            _fail(prog, f"UnsupportedOperation outside any step: {got}")
+        opname = prog.steps[i].op
+        msg = str(got)
+        apis = OPS[opname].names
+        named = [a for a in apis if re.search(r"(?<![A-Za-z0-9])" + re.escape(a) + r"(?![A-Za-z0-9])", msg)]
+        if not named:
+            _fail(prog, f"step {i} ({opname}) was refused without naming its operation ({', '.join(apis)}): {msg}")
+        return Refusal(i, opname, named[0], msg)
+    if isinstance(got, BaseException):
+        i = prog.step_of(got)
+        where = f"step {i} ({prog.steps[i].op})" if i is not None else "outside any step"
+        tb = "".join(traceback.format_exception(type(got), got, got.__traceback__))
+        _fail(prog, f"simdist raised {type(got).__name__} at {where}; eager CPU torch ran the program\n{tb}")
+    if got.hazards:
+        _fail(prog, f"simdist reported {len(got.hazards)} hazard(s) in a correctly synchronized program; first:\n"
+                    f"{got.hazards[0]}")
+    g, w = got.returns[0], want
+    d = first_difference(g, w)
+    if d is not None:
+        path, a, b_ = d
+        m = re.match(r"\[(\d+)\]\[1\]", path)
+        tag = g[int(m.group(1))][0] if m and int(m.group(1)) < len(g) else None
+        where = ""
+        if isinstance(tag, int) and 0 <= tag < len(prog.steps):
+            where = f" (output of step {tag}, {prog.steps[tag].op})"
+        elif tag == "final":
+            where = " (the final state)"
+        _fail(prog, f"values differ at out{path}{where}:\n  simulated: {_short(a)}\n  eager:     {_short(b_)}")
+    return None
