@@ -9,6 +9,7 @@ from __future__ import annotations
 
 RULES: dict = {}
 NAMESPACE_RULES: dict = {}  # "c10d" -> rule for every op of that namespace without a rule of its own
+SPEC_FIXES: dict = {}  # op -> fix(args, kwargs, specs) of the output specs its meta kernel gives (rules/meta_fixes.py)
 
 
 def register(*ops):
@@ -36,3 +37,16 @@ def rule_for(op):
     if r is None and NAMESPACE_RULES:
         r = NAMESPACE_RULES.get(op._schema.name.split("::")[0])
     return r
+
+
+def register_spec_fix(*ops):
+    """A correction of the output specs (shape, stride, dtype) an op's meta kernel gives, applied where simdist
+    reads them (dispatch.py _out_specs, once per signature): for meta kernels that disagree with the CPU and CUDA
+    kernels."""
+    def deco(fn):
+        for op in ops:
+            if op in SPEC_FIXES:
+                raise ValueError(f"a spec fix for {op} is already registered")
+            SPEC_FIXES[op] = fn
+        return fn
+    return deco
