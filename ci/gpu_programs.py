@@ -18,7 +18,9 @@ NCCL); each program unmodified, in two process passes:
              slow-side / slow-main  torch.cuda._sleep before every op on a non-default / the default stream;
              witness   each hazard's witness: the hook sleeps delay_ns x 1.98 x SCALE cycles on the named
                        stream before the named op (SCALE 1, 10, 100: a GPU is not simdist's cost model), TRIALS each.
-A trial is damaged when a rank's output differs from the reference's or the program fails (its asserts).
+Before each run, device memory the allocator released is filled with NaN bytes (--poison-mb), as simdist's fresh
+memory is, so that a race reading a new block does not see the previous run's bytes. A trial is damaged when a
+rank's output differs from the reference's or the program fails (its asserts).
 Verdicts, one table format with ci/gpu_confirm.py (ci/gpu_witness.py render_verdicts):
   confirmed    simdist: hazard; damage seen on the GPU (by the witness, or only by another pass: said which);
   unconfirmed  simdist: hazard; no damage seen, listed with why (no witness; the hook did not reach the named op;
@@ -198,7 +200,28 @@ def _alarm(signum, frame):
     raise TimeoutError("program timed out")
 
 
-def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_base):
+def poison_device(mb):
+    """Fill device memory the caching allocator gave back with 0xFF bytes (NaN), as simdist's fresh memory is.
+
+    Every program of a pass runs in the same process: without this, a racing read of a new block would see the
+    bytes the previous run of the same program left there, often the right answer, and hide the damage."""
+    import torch
+    if mb <= 0:
+        return
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    try:
+        free, _ = torch.cuda.mem_get_info()
+        b = torch.empty(min(free // 2, mb << 20), dtype=torch.uint8, device="cuda")
+        b.fill_(0xFF)
+        del b
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+    torch.cuda.empty_cache()
+
+
+def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_base, poison_mb=4096):
     if pass_name == "reference":
         os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
     import runpy
@@ -215,6 +238,7 @@ def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_bas
         os.environ["MASTER_PORT"] = str(port_base + i % 20000)
         torch.manual_seed(67280421310721)  # what a fresh process has: c10's default seed
         torch.cuda.set_device(rank)
+        poison_device(poison_mb)
         buf = io.StringIO()
         rec = {k: v for k, v in job.items() if k not in ("path", "delays")}
         rec.update(rank=rank, world_size=world_size)
@@ -267,9 +291,9 @@ def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_bas
     f.close()
 
 
-def run_pass(pass_name, world_size, out_dir, jobs, cycles, timeout, port_base):
+def run_pass(pass_name, world_size, out_dir, jobs, cycles, timeout, port_base, poison_mb=4096):
     import torch.multiprocessing as mp
-    mp.start_processes(worker, args=(world_size, pass_name, out_dir, jobs, cycles, timeout, port_base),
+    mp.start_processes(worker, args=(world_size, pass_name, out_dir, jobs, cycles, timeout, port_base, poison_mb),
                        nprocs=world_size, join=True, start_method="spawn")
 
 
@@ -354,6 +378,8 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=2, help="trials of each witness at each scale")
     ap.add_argument("--scales", default=",".join(map(str, SCALES)), help="witness delay scales")
     ap.add_argument("--timeout", type=int, default=60, help="seconds per program run")
+    ap.add_argument("--poison-mb", type=int, default=4096, help="device memory filled with NaN bytes before each "
+                                                                "run (0: none)")
     ap.add_argument("--seeds", type=int, default=10, help="simdist seeds per program (--export-sim)")
     ap.add_argument("--assemble", action="store_true", help="only write the report from OUT.d/ evidence")
     ap.add_argument("--merge-sim", nargs="+", metavar=("INTO", "FROM"),
@@ -407,7 +433,7 @@ def main(argv=None):
             jobs = jobs_for(p, group, sim, a.trials, scales)
             t0 = time.perf_counter()
             try:
-                run_pass(p, ws, out_dir, jobs, a.cycles, a.timeout, 29600 + 2000 * i + 5000 * ws)
+                run_pass(p, ws, out_dir, jobs, a.cycles, a.timeout, 29600 + 2000 * i + 5000 * ws, a.poison_mb)
             except Exception as e:  # noqa: BLE001 - a pass that died leaves partial evidence; the report says so
                 print(f"pass {p} (world size {ws}) failed: {e}", file=sys.stderr)
             pass_seconds[f"{p}.ws{ws}"] = round(time.perf_counter() - t0, 1)
@@ -423,7 +449,7 @@ def main(argv=None):
             "nccl": ".".join(map(str, torch.cuda.nccl.version())), "device":
             f"{gpus}x {torch.cuda.get_device_name(0)}", "seconds": secs["total"], "pass_seconds": secs["passes"],
             "sim": _rel(a.sim), "dirs": [_rel(d) for d in dirs], "scales": scales, "trials": a.trials,
-            "slow_cycles": a.cycles}
+            "slow_cycles": a.cycles, "poison_mb": a.poison_mb}
     ok = write_report(rows, a.out, info, title="Program corpus on real GPUs, hazards through simdist's witnesses")
     return 0 if ok else 1
 
