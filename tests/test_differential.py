@@ -8,6 +8,7 @@ same CPU kernels run on both sides, on one intra-op thread each.
 """
 import torch
 
+import simdist
 from simdist.properties import differential as D
 from simdist.properties.differential import snap
 
@@ -55,3 +56,105 @@ def test_nonzero_and_argwhere_are_column_major():
 
     out = both(prog)
     assert out[0] == (1, 4) and out[4] is False
+
+
+def test_set_makes_a_tensor_view_another_storage():
+    # Tensor.set_ (docs; ATen set_ / set_storage_*_): x.set_(y) views y's storage with y's layout; x.set_(storage)
+    # views the whole storage as 1-D; x.set_(storage, offset, size, stride) views it so, growing the storage when
+    # the view reaches past its end (measured on an H200: a 16-byte storage set_ to offset 2, size 5 grows to 28
+    # bytes); x.set_() leaves x empty, size (0,). Views of x's old bytes keep them; the version counts each set_.
+    # simdist ignored set_() (x kept its shape and bytes: a silent wrong value), refused set_(tensor) and raised
+    # TypeError on a simulated storage.
+    def prog(dev):
+        a = torch.arange(6., device=dev)
+        old = torch.arange(4., device=dev) * 10
+        keep = old[1:3]
+        b = old
+        b.set_(a)
+        b.add_(1)  # writes a
+        c = torch.zeros(2, device=dev)
+        c.set_(a.untyped_storage(), 2, (2, 2), (1, 2))
+        c.mul_(10)
+        d = torch.zeros(3, device=dev)
+        d.set_(a.untyped_storage())
+        e = torch.empty(0, device=dev).set_(a.untyped_storage(), 4, (5,), (1,))  # past the end: the storage grows
+        e[2:].fill_(-1)  # the new bytes, written before anything reads them
+        f = torch.ones(3, device=dev)
+        f.set_(a, 1, (2,))  # a tensor source with an offset: its storage
+        g = torch.arange(3., device=dev)
+        g.set_()
+        out = [snap(a), snap(keep), snap(c), snap(e), snap(f), a.untyped_storage().nbytes()]
+        for t in (a, b, c, d, e, f, g):
+            out += [tuple(t.shape), t.stride(), t.storage_offset(), t._version, t.untyped_storage().nbytes()]
+        try:
+            torch.zeros(2, device=dev).set_(torch.zeros(2, dtype=torch.int32, device=dev))
+        except RuntimeError as err:
+            out.append(str(err))
+        return out
+
+    out = both(prog)
+    assert out[5] == 4 * 9 and out[-1] == "Could not set tensor of type int to a tensor of type float"
+
+
+def test_resize_and_resize_as_take_torchs_sizes_and_strides():
+    # ATen resize_ / resize_as_ (Resize.cpp): the sizes asked for (resize_as_: the template's), contiguous strides
+    # from the same storage offset, or the memory format's; same sizes keep the strides (measured on an H200:
+    # zeros(3, 4).t().resize_(4, 3) keeps (1, 4)). simdist ignored resize_as_ (a silent wrong shape), refused a
+    # memory_format, and made every resize_ contiguous.
+    def prog(dev):
+        x = torch.arange(6., device=dev)
+        x.resize_as_(torch.zeros(2, 2, device=dev))
+        y = torch.arange(24., device=dev)
+        y.resize_(1, 2, 3, 4, memory_format=torch.channels_last)
+        z = torch.zeros(3, 4, device=dev).t()
+        z.resize_(4, 3)
+        w = torch.arange(4., device=dev)[1:]
+        w.resize_as_(torch.zeros(1, 2, 2, 1, device=dev).contiguous(memory_format=torch.channels_last),
+                     memory_format=torch.preserve_format)
+        torch.as_strided(w, (1,), (1,), 4).fill_(7)  # the storage grew by one element: written before it is read
+        return [(tuple(t.shape), t.stride(), t.storage_offset(), t._version, snap(t)) for t in (x, y, z, w)]
+
+    out = both(prog)
+    assert out[0][0] == (2, 2) and out[2][1] == (1, 4)
+
+
+def test_typed_storage_and_unmodelled_storage_methods():
+    # Tensor.storage() is torch's deprecated TypedStorage (torch/storage.py): size() counts elements of the
+    # tensor's dtype, resize_(n) resizes the bytes to n * itemsize. simdist raised TypeError inside torch's
+    # TypedStorage constructor; untyped storage methods it does not model raised AttributeError. Now the modelled
+    # ones work and the others are refused by name (UnsupportedOperation), as the standard asks.
+    def prog(dev):
+        a = torch.arange(6., device=dev)
+        s = a.storage()
+        out = [s.size(), len(s), s.nbytes(), s.dtype, s.element_size(), s.data_ptr() == a.untyped_storage().data_ptr()]
+        s.resize_(8)
+        out += [a.untyped_storage().nbytes(), snap(a), a.untyped_storage().data_ptr() == a.data_ptr()]
+        b = torch.zeros(0, device=dev).set_(a.storage())
+        out.append(snap(b[:6]))
+        return out
+
+    both(prog)
+
+    def refused():
+        torch.arange(3., device="cuda").untyped_storage().fill_(0)
+    import pytest
+    with pytest.raises(simdist.UnsupportedOperation, match=r"UntypedStorage\.fill_"):
+        simdist.run(refused)
+
+    def asks():
+        st = torch.arange(3., device="cuda").untyped_storage()
+        return hasattr(st, "no_such_method"), hasattr(st, "nbytes")
+    assert simdist.run(asks).returns[0] == (False, True)
+
+
+def test_the_data_pointer_of_an_empty_tensor_is_null():
+    # c10 TensorImpl::data_impl: a tensor with no elements has a null data pointer whatever its storage; the
+    # caching allocator gives no memory for 0 bytes (measured on an H200: empty(5, device="cuda")[:0].data_ptr(),
+    # empty(0, device="cuda").data_ptr() and its untyped_storage().data_ptr() are all 0)
+    def prog(dev):
+        e = torch.empty(5, device=dev)[:0]
+        z = torch.empty(0, device=dev)
+        return [e.data_ptr(), z.data_ptr(), z.untyped_storage().data_ptr(), torch.ones(2, 2, device=dev).diagonal(2)
+                .data_ptr()]
+
+    assert both(prog) == [0, 0, 0, 0]

@@ -8,8 +8,10 @@ unsharded parameters this way).
 """
 from __future__ import annotations
 
+import torch
+
 from ..engine.context import current_rank
-from ..engine.errors import SimulationError
+from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch
 from ..engine.regions import ByteRange
 from .tensor import set_storage_class, view_bytes
@@ -59,6 +61,10 @@ def _extent(v):
     return 1 + sum((s - 1) * st for s, st in zip(v.shape, v.stride()))
 
 
+def _extent_of(size, stride):
+    return 0 if any(d == 0 for d in size) else 1 + sum((d - 1) * st for d, st in zip(size, stride))
+
+
 def check_usable(t):
     """A tensor whose storage was resized below what it views (FSDP2's freed parameters) cannot be used."""
     a = t._alloc
@@ -72,7 +78,7 @@ class SimStorage:
     """Tensor.untyped_storage() of a simulated tensor: the bytes of its allocation. resize_(n) reallocates them
     as torch does (a new block of the caching allocator on the current stream, the old bytes copied up to the
     smaller size, every tensor viewing the storage moved along; resize_(0) frees them, as FSDP2 does between
-    steps)."""
+    steps). Other UntypedStorage methods are refused by name (UnsupportedOperation)."""
 
     def __init__(self, t):
         self._tensor = t
@@ -95,12 +101,41 @@ class SimStorage:
     def data_ptr(self):
         a = self._tensor._alloc
         blk = a.block
-        return 0 if blk is None else (0x7F00_0000_0000 + (self._tensor._dev.index << 40) + (blk.segment.id << 28)
-                                      + blk.offset)
+        if blk is None or not a.nbytes:
+            return 0  # the caching allocator gives no memory (a null pointer) for 0 bytes
+        return 0x7F00_0000_0000 + (self._tensor._dev.index << 40) + (blk.segment.id << 28) + blk.offset
 
     def resize_(self, nbytes):
         resize_storage(self._tensor, int(nbytes))
         return self
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def typed(self, dtype):
+        return SimTypedStorage(self, dtype)
+
+    def _as_source(self, dtype, offset=None, size=None, stride=None):
+        """Tensor.set_(this storage[, offset, size, stride]) as x.set_(a tensor): a tensor of x's dtype viewing
+        these bytes so (the whole storage, 1-D, without an offset; contiguous strides without a stride). As
+        torch's set_, the storage grows when the view reaches past its end (set_storage_*_: resize_impl)."""
+        from .tensor import SimTensor
+        t = self._tensor
+        if offset is None:
+            offset, size, stride = 0, (self.nbytes() // dtype.itemsize,), (1,)
+        else:
+            m = torch.empty(0, dtype=dtype, device="meta")  # torch's own checks and default strides
+            m.set_(torch.empty(0, dtype=dtype, device="meta").untyped_storage(), offset, size,
+                   *(() if stride is None else (stride,)))
+            size, stride = tuple(m.shape), tuple(m.stride())
+        need = (offset + _extent_of(size, stride)) * dtype.itemsize
+        if need > self.nbytes():
+            resize_storage(t, need)
+        alloc = t._alloc
+        if alloc.block is None:  # no bytes (resized to 0): unusable until the storage grows again
+            return SimTensor(torch.empty(0, dtype=dtype), t._dev, alloc, False, tuple(size), tuple(stride), offset)
+        return SimTensor(view_bytes(alloc, tuple(size), tuple(stride), dtype, offset), t._dev, alloc)
 
     def __eq__(self, other):
         return isinstance(other, SimStorage) and other._tensor._alloc is self._tensor._alloc
@@ -110,6 +145,79 @@ class SimStorage:
 
     def __repr__(self):
         return f"<simdist storage of {self.size()} bytes on {self.device}>"
+
+    def __getattr__(self, name):
+        _refuse_unmodelled(type(self).__name__, torch.UntypedStorage, name)
+
+
+def _refuse_unmodelled(cls, real, name):
+    """A storage API that torch's own storage class has and simdist's does not model: refused by name (anything
+    else is an ordinary AttributeError, so hasattr() keeps working)."""
+    if not name.startswith("__") and hasattr(real, name):
+        raise UnsupportedOperation(f"{real.__name__}.{name} of a simulated CUDA tensor's storage is not modelled by "
+                                   f"simdist ({cls} models size, nbytes, data_ptr, resize_, device, "
+                                   "element_size; Tensor.set_ takes it)")
+    raise AttributeError(f"'{cls}' object has no attribute '{name}'")
+
+
+class SimTypedStorage:
+    """Tensor.storage() of a simulated tensor: torch's deprecated TypedStorage, a view of the untyped storage
+    counting elements of the tensor's dtype (torch/storage.py TypedStorage: size() = nbytes // itemsize,
+    resize_(n) resizes the bytes to n * itemsize)."""
+
+    def __init__(self, untyped, dtype):
+        self._untyped_storage = untyped
+        self.dtype = dtype
+
+    @property
+    def device(self):
+        return self._untyped_storage.device
+
+    @property
+    def is_cuda(self):
+        return True
+
+    def untyped(self):
+        return self._untyped_storage
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    def size(self):
+        return self._untyped_storage.nbytes() // self.dtype.itemsize
+
+    _size = size  # torch's own name for it (FSDP1: `flat_param._typed_storage()._size() > 0`)
+
+    def __len__(self):
+        return self.size()
+
+    def nbytes(self):
+        return self._untyped_storage.nbytes()
+
+    def data_ptr(self):
+        return self._untyped_storage.data_ptr()
+
+    def resize_(self, size):
+        self._untyped_storage.resize_(int(size) * self.dtype.itemsize)
+        return self
+
+    _resize_ = resize_
+
+    def _as_source(self, dtype, offset=None, size=None, stride=None):
+        return self._untyped_storage._as_source(dtype, offset, size, stride)
+
+    def __eq__(self, other):
+        return isinstance(other, SimTypedStorage) and other._untyped_storage == self._untyped_storage \
+            and other.dtype == self.dtype
+
+    def __hash__(self):
+        return hash((self._untyped_storage, self.dtype))
+
+    def __repr__(self):
+        return f"<simdist typed storage of {self.size()} {self.dtype} on {self.device}>"
+
+    def __getattr__(self, name):
+        _refuse_unmodelled(type(self).__name__, torch.TypedStorage, name)
 
 
 set_storage_class(SimStorage)

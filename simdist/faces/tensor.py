@@ -168,6 +168,8 @@ class SimTensor(torch.Tensor):
         return repr(self).__format__(spec)
 
     def data_ptr(self):
+        if self.numel() == 0:
+            return 0  # c10 TensorImpl::data_impl: an empty tensor's data pointer is null, whatever its storage
         a = self._alloc
         blk = a.block
         seg = blk.segment.id if blk is not None else 0
@@ -176,6 +178,30 @@ class SimTensor(torch.Tensor):
 
     def untyped_storage(self):
         return _storage_of(self)
+
+    def storage(self):
+        """The deprecated TypedStorage view of the bytes (simdist/faces/storage.py SimTypedStorage)."""
+        torch.storage._warn_typed_storage_removal()
+        return _storage_of(self).typed(self.dtype)
+
+    def _typed_storage(self):
+        return _storage_of(self).typed(self.dtype)
+
+    def set_(self, source=None, storage_offset=None, size=None, stride=None):
+        """Tensor.set_: its binding takes only torch's own Storage classes, and a simulated tensor's C++ storage
+        holds no bytes, so a storage source (or a tensor source with an offset, which torch reads as its
+        storage) becomes a tensor viewing those bytes with the layout asked for (SimStorage._as_source), and
+        x.set_(that tensor) runs (rules/metadata.py _set)."""
+        if type(source) is SimTensor and storage_offset is not None:
+            source = source.untyped_storage()
+        conv = getattr(source, "_as_source", None)
+        if conv is not None:
+            return torch.Tensor.set_(self, conv(self.dtype, storage_offset, size, stride))
+        if source is None:
+            return _aten.set_.default(self)
+        if storage_offset is None:
+            return torch.Tensor.set_(self, source)
+        return torch.Tensor.set_(self, source, storage_offset, size, *(() if stride is None else (stride,)))
 
     # `t.data = other` (torch's set_data) swaps t's metadata for other's and makes t view other's bytes, keeping
     # the Python object: Megatron's distributed optimizer points each parameter at its slice of a flat buffer

@@ -108,26 +108,87 @@ def _set_view(x, res):
 register(*_INPLACE_VIEWS)(_inplace_view)
 
 
-def _resize(rs, func, args, kwargs):
-    """x.resize_(shape): contiguous strides from x's storage offset; when the storage is too small it grows
-    first (a new block, the old bytes copied: simdist/faces/storage.py), as ATen's resize_bytes does."""
-    x = _sim_of(args[0])
-    shape = tuple(args[1] if len(args) > 1 else kwargs["size"])
-    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
-        raise UnsupportedOperation(f"resize_ with memory_format={kwargs['memory_format']} is not modelled")
-    n = 1
-    for d in shape:
-        n *= d
-    isz = x.element_size()
-    need = (x.storage_offset() + n) * isz
+def _meta_like(t):
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+
+
+def _restride(x, shape, stride, offset):
+    """Give x these sizes, strides and storage offset (elements from its storage's start), growing the storage
+    first when it is too small (a new block, the old bytes copied: simdist/faces/storage.py), as ATen's
+    resize_ and set_ do (maybe_resize_storage)."""
+    ext = 0 if any(d == 0 for d in shape) else 1 + sum((d - 1) * st for d, st in zip(shape, stride))
+    need = (offset + ext) * x.element_size()
     if need > x._alloc.nbytes or x._alloc.block is None:
         resize_storage(x, need)
-    stride = torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
-    _set_view(x, view_bytes(x._alloc, shape, stride, x.dtype, x.storage_offset()))
+    _set_view(x, view_bytes(x._alloc, tuple(shape), tuple(stride), x.dtype, offset))
+
+
+@register(aten.resize_.default, aten.resize_as_.default)
+def _resize(rs, func, args, kwargs):
+    """x.resize_(shape[, memory_format]) and x.resize_as_(y[, memory_format]): the sizes and strides torch gives
+    (its own resize_ run on a meta tensor of x's layout: contiguous, or the memory format's strides; resize_as_
+    takes y's sizes, and y's suggested format for preserve_format), from x's storage offset; the storage grows
+    when it is too small (ATen resize_ / resize_as_, Resize.cpp)."""
+    x = _sim_of(args[0])
+    m = _meta_like(x)
+    rest = tuple(_to_meta(a) for a in args[1:])
+    func(m, *rest, **{k: _to_meta(v) for k, v in kwargs.items()})  # torch's own checks and strides
+    _restride(x, tuple(m.shape), tuple(m.stride()), x.storage_offset())
     return args[0]
 
 
-register(aten.resize_.default)(_resize)
+# --- set_ --------------------------------------------------------------------------------------------------------
+# Rules (ATen TensorShape.cpp set_ / set_storage_*_, c10 checkSetStorage; docs of Tensor.set_):
+# x.set_(source) makes x view source's
+# storage with source's sizes, strides and offset (same dtype); x.set_(storage) views a whole storage as 1-D;
+# x.set_(storage, offset, size, stride) views it so, the storage growing when it is too small; x.set_() gives x
+# an empty storage and size (0,). The Python object, its dtype and its version counter stay (the version counts
+# the set_ itself); other tensors viewing x's old bytes keep them.
+# A storage source reaches here as a tensor viewing it (Tensor.set_ in simdist/faces/tensor.py, which also grows
+# the storage when asked to view past its end); a torch Storage passed to the aten op itself is refused.
+@register(aten.set_.default, aten.set_.source_Tensor, aten.set_.source_Storage,
+          aten.set_.source_Storage_storage_offset)
+def _set(rs, func, args, kwargs):
+    x = args[0]
+    if type(_sim_of(x)) is not SimTensor:
+        raise UnsupportedOperation(f"{func}: set_ of a CPU tensor to simulated CUDA memory is not modelled by "
+                                   "simdist (on a GPU the devices must match)")
+    x = _sim_of(x)
+    if func is aten.set_.default:
+        dev = x._dev
+        e = allocate(dev, rs.current_stream(dev.index), (0,), (1,), x.dtype)
+        _adopt(x, e._alloc, (0,), (1,), 0)
+        return args[0]
+    src = args[1] if len(args) > 1 else kwargs["source"]
+    if type(_sim_of(src)) is not SimTensor:  # a CPU tensor or a torch Storage (a simulated one is not one)
+        raise UnsupportedOperation(f"{func}: setting a simulated CUDA tensor to a CPU storage or tensor is not "
+                                   "modelled by simdist (on a GPU the devices must match)")
+    src = _sim_of(src)
+    if src._dev is not x._dev:
+        raise RuntimeError(f"Attempted to set the storage of a tensor on device \"{x.device}\" to a storage on "
+                           f"different device \"{src.device}\".  This is no longer allowed; the devices must match.")
+    if src.dtype != x.dtype:
+        raise RuntimeError(f"Could not set tensor of type {_type_name(src.dtype)} to a tensor of type "
+                           f"{_type_name(x.dtype)}")
+    shape, stride, off = tuple(src.shape), tuple(src.stride()), src.storage_offset()
+    _adopt(x, src._alloc, shape, stride, off)
+    return args[0]
+
+
+def _type_name(dtype):
+    return {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16:
+            "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.bool: "bool"}.get(dtype, str(dtype))
+
+
+def _adopt(x, alloc, shape, stride, off):
+    """x views `alloc` with this layout, keeping its Python object. A storage of no bytes (resized to 0) has no
+    memory to view: x is then unusable until the storage grows again (rebind_views), as in torch."""
+    if alloc.block is not None:
+        y = SimTensor(view_bytes(alloc, shape, stride, x.dtype, off), x._dev, alloc)
+    else:
+        y = SimTensor(torch.empty(0, dtype=x.dtype), x._dev, alloc, False, shape, stride, off)
+    x.data = y
+    x._span = None
 
 
 @register_namespace("c10d")
@@ -142,8 +203,7 @@ def _unsupported(rs, func, args, kwargs):
     raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
 
 
-register(aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor,
-         aten._pin_memory.default)(_unsupported)
+register(aten._pin_memory.default)(_unsupported)
 
 
 @register(aten._has_compatible_shallow_copy_type.default)
