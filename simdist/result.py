@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -77,9 +78,11 @@ class RunResult:
 
 def _hash_value(h, x):
     if isinstance(x, torch.Tensor):
-        t = x.detach().contiguous()
+        t = x.detach()
         h.update(f"T{tuple(t.shape)}{t.dtype}".encode())
-        t = t.reshape(-1)  # a 0-dim tensor cannot be viewed as bytes
+        # row-major bytes: a fresh 1-D copy (a 0-dim tensor cannot be viewed as bytes, nor can a one-element
+        # tensor whose stride is not 1, which .contiguous() leaves as it is)
+        t = t.reshape(-1).clone(memory_format=torch.contiguous_format)
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     elif isinstance(x, (list, tuple)):
         h.update(b"[")
@@ -143,9 +146,14 @@ class _DigestSource:
             h.update(o.rank.to_bytes(4, "little"))
             h.update(o.ops.tobytes())
         h.update(self.returns_hash)
-        for hz in self.hazards:
-            h.update(f"{hz.kind}|{hz.first.site}|{hz.second.site}|{hz.observed}".encode())
+        for hz in self.hazards:  # sites by file name and line: the digest must not depend on where the code lives
+            h.update(f"{hz.kind}|{_portable(hz.first.site)}|{_portable(hz.second.site)}|{hz.observed}".encode())
         return h.hexdigest()
+
+
+def _portable(site):
+    path, line = site
+    return f"{os.path.basename(path)}:{line}"
 
 
 def build_result(fn, outcomes, world_size, seed, pol, nccl, kwargs, args):

@@ -10,15 +10,20 @@ their own numbers. `python tests/corpus/run_all.py [--dir tests/corpus/p2p] --se
 """
 import contextlib
 import io
+import json
 import os
 
 import pytest
+import torch
 
 import simdist
 from simdist.properties.programs import corpus_paths, parse, run_options
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 PROGRAMS = corpus_paths(CORPUS)
+# every program's digest per seed, as recorded by tests/corpus/record_digests.py with one torch version
+_RECORDED = json.load(open(os.path.join(CORPUS, "digests.json")))
+DIGESTS = _RECORDED["digests"] if _RECORDED["torch"] == torch.__version__ else {}
 
 
 def test_corpus_is_there():
@@ -42,6 +47,10 @@ def test_program_verdict(path):
                 continue
             raise
         assert m["expected"] != "error", f"seed {seed}: expected {errors}, the run succeeded"
+        recorded = DIGESTS.get(f"{os.path.relpath(path, CORPUS)}:{seed}")
+        assert recorded in (None, res.digest), (
+            f"seed {seed}: digest {res.digest}, recorded {recorded}: the schedule, a report site or a value changed "
+            "(a bug, or record again on purpose: python tests/corpus/record_digests.py)")
         found = {h.kind for h in res.hazards}
         if m["expected"] in ("clean", "clean-or-error"):
             assert not found, f"seed {seed}: false positive\n{res.report()}"

@@ -33,11 +33,11 @@ def _line(code, lasti):
     return code.co_firstlineno
 
 
-# torch's own libraries that order device work (FSDP, DDP, DTensor, functional collectives, optimizers): a
+# torch's own libraries that order device work (FSDP, DDP, DTensor, functional collectives): a
 # missing edge can be in their code, so a report shows their frames; the rest of torch is plumbing (dispatch,
-# nn.Module's call, autograd) between the program and the op, and so is torch.distributed's API itself (the
+# nn.Module's call, autograd, the optimizers' math) between the program and the op, and so is torch.distributed's API itself (the
 # program's call of dist.all_reduce is the frame that matters, not the function it called)
-_TORCH_LIBRARIES = ("distributed", "nn/parallel", "optim")
+_TORCH_LIBRARIES = ("distributed", "nn/parallel")
 _TORCH_API = ("distributed/distributed_c10d.py", "distributed/c10d_logger.py")
 
 

@@ -456,10 +456,8 @@ class SimProcessGroup(dist.ProcessGroup):
     def broadcast(self, tensors, opts=None):
         rs = _rank()
         ts = [_check(rs, t, "broadcast") for t in _as_list(tensors)]
-        root = int(getattr(opts, "rootRank", 0))
         g = self._engine_group()
-        if not 0 <= root < g.size():
-            raise ValueError(f"broadcast: root rank {root} is not in the group of size {g.size()}")
+        root = _root(opts, g, "broadcast")
         is_root = g.index[rs.rank] == root
         nt = len(ts)
         return self._run(
@@ -473,8 +471,8 @@ class SimProcessGroup(dist.ProcessGroup):
         rs = _rank()
         ts = [_check(rs, t, "reduce") for t in _as_list(tensors)]
         t = ts[0]
-        root = int(getattr(opts, "rootRank", 0))
         g = self._engine_group()
+        root = _root(opts, g, "reduce")
         name = _redop_name(getattr(opts, "reduceOp", None), t)
         is_root = g.index[rs.rank] == root
         return self._run(
@@ -633,7 +631,7 @@ class SimProcessGroup(dist.ProcessGroup):
         rs = _rank()
         t = _check(rs, inputs[0], "gather")
         g = self._engine_group()
-        root = int(getattr(opts, "rootRank", 0))
+        root = _root(opts, g, "gather")
         n = g.size()
         is_root = g.index[rs.rank] == root
         outs = [_check(rs, x, "gather") for x in (output_lists[0] if output_lists else [])] if is_root else []
@@ -647,7 +645,7 @@ class SimProcessGroup(dist.ProcessGroup):
         rs = _rank()
         t = _check(rs, outputs[0], "scatter")
         g = self._engine_group()
-        root = int(getattr(opts, "rootRank", 0))
+        root = _root(opts, g, "scatter")
         n = g.size()
         is_root = g.index[rs.rank] == root
         ins = [_check(rs, x, "scatter") for x in (input_lists[0] if input_lists else [])] if is_root else []
@@ -734,6 +732,14 @@ class SimProcessGroup(dist.ProcessGroup):
         if self._coalesced is not None:
             self._coalesced.append(w)
         return w
+
+
+def _root(opts, g, what):
+    """The root's group rank, checked as ProcessGroupNCCL checks it (assertRootRank: a ValueError)."""
+    root = int(getattr(opts, "rootRank", 0))
+    if not 0 <= root < g.size():
+        raise ValueError(f"ProcessGroupNCCL::{what}: Invalid root rank: {root} (the group has {g.size()} ranks)")
+    return root
 
 
 def _as_list(tensors):
