@@ -314,7 +314,22 @@ def dispatch_outside(func, types, args, kwargs):
                           "tensors returned by a run are converted to CPU tensors; keep using those")
 
 
+# ATen's advanced indexing takes index tensors on the CPU for a CUDA tensor (TensorAdvancedIndexing.cpp: the
+# indices are moved to self's device with `.to(self.device())`, a blocking host-to-device copy, before the kernel)
+_HOST_INDICES_OK = frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                              aten._index_put_impl_.default})
+
+
+def _host_index(i) -> bool:
+    return isinstance(i, torch.Tensor) and type(i) not in (SimTensor, HostProxy)
+
+
 def dispatch(rs, func, args, kwargs):
+    if func in _HOST_INDICES_OK and len(args) > 1 and any(_host_index(i) for i in args[1]):
+        to_copy = op_info(aten._to_copy.default).rule
+        dev = args[0].device
+        args = (args[0], [to_copy(rs, aten._to_copy.default, (i,), {"device": dev}) if _host_index(i) else i
+                          for i in args[1]]) + tuple(args[2:])
     info = _INFO.get(func)
     if info is None:
         info = op_info(func)
