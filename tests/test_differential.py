@@ -158,3 +158,36 @@ def test_the_data_pointer_of_an_empty_tensor_is_null():
                 .data_ptr()]
 
     assert both(prog) == [0, 0, 0, 0]
+
+
+def test_an_out_argument_is_resized_as_torch_resizes_it():
+    # Docs "out= arguments" and ATen resize_output (Resize.cpp): an `out` whose shape is not the result's is resized
+    # to it (a deprecation warning when it had elements), its storage growing when needed, with the strides the
+    # kernel gives (TensorIterator follows the inputs' layout: measured on an H200, mul.out of a transposed (3, 4)
+    # into an empty out gives strides (1, 4)); an `out` of the right shape keeps its strides; argument errors are
+    # raised at the call. simdist let the CPU kernel resize its view of the device bytes: the tensor kept its old
+    # shape while its bytes were laid out anew (a silent wrong value), and errors surfaced later, at a sync.
+    import warnings
+
+    def prog(dev):
+        warnings.simplefilter("ignore")
+        t = torch.eye(3, device=dev)
+        torch.cat([torch.arange(3., device=dev)], out=t)
+        x = torch.zeros(0, device=dev)
+        torch.mul(torch.ones(3, 4, device=dev).t(), 2, out=x)
+        big = torch.zeros(2, device=dev)
+        torch.add(torch.ones(5, device=dev), 1, out=big)
+        v, i = torch.zeros(1, device=dev), torch.zeros(1, dtype=torch.long, device=dev)
+        torch.sort(torch.tensor([3., 1., 2.], device=dev), out=(v, i))
+        o = torch.zeros(2, 2, device=dev)[:, :1]
+        torch.add(torch.ones(2, 1, device=dev), 1, out=o)
+        out = [(tuple(a.shape), a.stride(), a.untyped_storage().nbytes(), snap(a)) for a in (t, x, big, v, i, o)]
+        try:
+            torch.add(torch.ones(2, device=dev), 1.5, out=torch.zeros(2, dtype=torch.int64, device=dev))
+        except RuntimeError as err:
+            out.append(str(err))
+        out.append(snap(t + 1))
+        return out
+
+    out = both(prog)
+    assert out[0][0] == (3,) and out[1][1] == (1, 4) and out[2][2] == 20 and "can't be cast" in out[6]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .op_rules import rule_for
+from .op_rules import out_rule_for, rule_for
 
 _TensorType = torch._C.TensorType
 
@@ -82,6 +82,8 @@ def _classify(func):
     info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
                                                              "new_empty_strided"))  # metadata only
     info.rule = rule_for(func)
+    if info.rule is None and info.kind == INPLACE:
+        info.rule = out_rule_for(func)
     if info.rule is None:
         info.python_kernel = _python_kernel_keyset(func)
     return info

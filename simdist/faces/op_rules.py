@@ -9,6 +9,7 @@ from __future__ import annotations
 
 RULES: dict = {}
 NAMESPACE_RULES: dict = {}  # "c10d" -> rule for every op of that namespace without a rule of its own
+OUT_RULE = None  # the rule of every op with `out=` arguments and no rule of its own (rules/outs.py)
 SPEC_FIXES: dict = {}  # op -> fix(args, kwargs, specs) of the output specs its meta kernel gives (rules/meta_fixes.py)
 
 
@@ -37,6 +38,24 @@ def rule_for(op):
     if r is None and NAMESPACE_RULES:
         r = NAMESPACE_RULES.get(op._schema.name.split("::")[0])
     return r
+
+
+def set_out_rule(fn):
+    global OUT_RULE
+    if OUT_RULE is not None:
+        raise ValueError("the rule of out= ops is already registered")
+    OUT_RULE = fn
+
+
+def out_rule_for(op):
+    """The out= rule for an op that writes keyword-only arguments (add.out, sort.values...), else None. Read once
+    per op (simdist/faces/op_info.py)."""
+    if OUT_RULE is None:
+        return None
+    for a in op._schema.arguments:
+        if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write:
+            return OUT_RULE
+    return None
 
 
 def register_spec_fix(*ops):
