@@ -191,3 +191,32 @@ def test_an_out_argument_is_resized_as_torch_resizes_it():
 
     out = both(prog)
     assert out[0][0] == (3,) and out[1][1] == (1, 4) and out[2][2] == 20 and "can't be cast" in out[6]
+
+
+def test_layer_norm_and_batch_norm_backward_in_reduced_precision():
+    # The CUDA kernels keep layer/batch norm statistics in float32 for a bf16/fp16 input (measured on an H200:
+    # native_layer_norm of a bf16 input gives float32 mean and rstd), as the meta kernels do; the CPU kernels keep
+    # them in the input's dtype unless the parameters are float32 (ATen's is_mixed_type / param_scalar_type,
+    # layer_norm.h, batch_norm.h), and their backward refuses float32 statistics: every bf16 LayerNorm or BatchNorm
+    # backward failed under simdist ("expected scalar type BFloat16 but found Float"). And an output_mask entry
+    # False means no gradient there (None): the batch norm backward's meta kernel returns a tensor, and simdist
+    # crashed copying the kernel's None into it (any BatchNorm whose input needs no grad).
+    def prog(dev):
+        out = []
+        for mod, dt, pdt in [(torch.nn.LayerNorm, torch.bfloat16, torch.bfloat16),
+                             (torch.nn.LayerNorm, torch.bfloat16, torch.float32),
+                             (torch.nn.LayerNorm, torch.float16, torch.float16),
+                             (torch.nn.BatchNorm1d, torch.bfloat16, torch.bfloat16),
+                             (torch.nn.BatchNorm1d, torch.float32, torch.float32),
+                             (torch.nn.BatchNorm1d, torch.float16, torch.float32)]:
+            torch.manual_seed(0)
+            m = mod(3).to(dev, pdt)
+            x = torch.randn(4, 3, generator=torch.Generator().manual_seed(1)).to(dev, dt).requires_grad_(dt != torch.float32)
+            m(x).float().square().sum().backward()
+            out += [snap(p.grad) for p in m.parameters()] + [None if x.grad is None else snap(x.grad)]
+        xb = torch.randn(2, 3, generator=torch.Generator().manual_seed(2)).to(dev, torch.bfloat16)
+        _, mean, rstd = torch.ops.aten.native_layer_norm(xb, [3], None, None, 1e-5)
+        out.append(snap(mean.to(torch.bfloat16)))  # the statistics' values (their dtype is the device's own)
+        return out
+
+    both(prog)
