@@ -146,6 +146,27 @@ CANDIDATES: Dict[str, Candidate] = {c.name: c for c in (
 
 # ============================================================================ the refit program (stacks)
 _STACKS = {}
+_LAZY_STACKS = {"real": "simdist.properties.real_stack:real_refit"}  # real Megatron-Core + Megatron-Bridge
+STACK = "fakes"  # the stack every cell's refit program runs on (main sets it from --stack)
+
+
+def _stack_kwargs() -> dict:
+    return {} if STACK == "fakes" else {"stack": STACK}
+
+
+def _transport(kw: dict) -> str:
+    """A stack other than the fakes runs real libraries with module globals (Megatron-Core): ranks as processes."""
+    return "threads" if kw.get("stack", "fakes") == "fakes" else "processes"
+
+
+def _prepare_stack(stack: str) -> str:
+    """Select `stack` for this hunt; returns its versions line (a real stack may refuse: SystemExit, why)."""
+    global STACK
+    STACK = stack
+    if stack == "fakes":
+        return VERSIONS
+    module = _LAZY_STACKS[stack].partition(":")[0]
+    return __import__(module, fromlist=["prepare_hunt"]).prepare_hunt()
 
 
 def register_stack(name: str, fn) -> None:
@@ -180,6 +201,9 @@ def refit_program(tp=2, pp=2, recipe="blockwise-fp32", fp8_param=True, faults=()
     """One rank of the GRPO refit loop (NeMo-RL's order: refit -> generation -> logprobs -> train). The world
     size sets DP = world / (tp x pp). `fixes` are ordering edges added on top of the real code (``()`` = the
     real code). Returns per-step records ``{"mismatched": n, "metric": token_mult_prob_error}``."""
+    if stack not in _STACKS and stack in _LAZY_STACKS:  # (rank processes import it here)
+        module, _, name = _LAZY_STACKS[stack].partition(":")
+        register_stack(stack, getattr(__import__(module, fromlist=[name]), name))
     try:
         fn = _STACKS[stack]
     except KeyError:
@@ -382,7 +406,7 @@ def cell_kwargs(candidate: str, config: dict, depth: int, steps: int) -> dict:
     cand = CANDIDATES[candidate]
     fixes = tuple(sorted({config["fix"]} if config.get("fix") else set()))
     return dict(tp=config["tp"], pp=config["pp"], recipe=config["recipe"], fp8_param=config["fp8_param"],
-                faults=cand.faults, fixes=fixes, steps=steps, layers=depth, refit=cand.refit or config["refit"])
+                faults=cand.faults, fixes=fixes, steps=steps, layers=depth, refit=cand.refit or config["refit"], **_stack_kwargs())
 
 
 def run_cell(job) -> Cell:
@@ -394,7 +418,7 @@ def run_cell(job) -> Cell:
     world = config["tp"] * config["pp"] * config["dp"]
     for seed in range(seeds):
         try:
-            res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw, nccl=NCCL, poison=poison)
+            res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw, nccl=NCCL, poison=poison, transport=_transport(kw))
             sym, metrics = _symbols(res, steps)
             cell.replicates.append(Replicate(seed, sym, metrics, sorted({h.kind for h in res.hazards})))
         except Exception as e:  # noqa: BLE001 - a crashing cell is shown as such, never hidden
@@ -739,7 +763,7 @@ def _fix_one(job):
     kw["fixes"] = tuple(sorted(set(kw["fixes"]) | set(fixes_for(candidate))))
     world = config["tp"] * config["pp"] * config["dp"]
     try:
-        res = simdist.run(refit_program, world_size=world, policy=pol, kwargs=kw, nccl=NCCL, poison=poison)
+        res = simdist.run(refit_program, world_size=world, policy=pol, kwargs=kw, nccl=NCCL, poison=poison, transport=_transport(kw))
     except Exception as e:  # noqa: BLE001
         return f"{_cfg_text(config).strip()} depth {depth}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
     sym, _ = _symbols(res, steps)
@@ -805,7 +829,7 @@ def find_witness(candidate, cells, evidence, steps, poison):
     cell = dmg[0]
     kw = cell_kwargs(candidate, cell.config, cell.depth, steps)
     world = cell.config["tp"] * cell.config["pp"] * cell.config["dp"]
-    res = simdist.run(refit_program, world_size=world, kwargs=kw, policy="none", nccl=NCCL, poison=poison)
+    res = simdist.run(refit_program, world_size=world, kwargs=kw, policy="none", nccl=NCCL, poison=poison, transport=_transport(kw))
     sym, _ = _symbols(res, steps)
     if any(s in "wMN" for s in sym):
         return cell, kw, world, None, res, sym
@@ -814,7 +838,7 @@ def find_witness(candidate, cells, evidence, steps, poison):
         if key is None:
             continue
         pol = simdist.Targeted({key: TARGET_DELAY_NS}, simdist.NoJitter())
-        res2 = simdist.run(refit_program, world_size=world, kwargs=kw, policy=pol, nccl=NCCL, poison=poison)
+        res2 = simdist.run(refit_program, world_size=world, kwargs=kw, policy=pol, nccl=NCCL, poison=poison, transport=_transport(kw))
         sym2, _ = _symbols(res2, steps)
         if any(s in "wMN" for s in sym2):
             return cell, kw, world, key, res2, sym2
@@ -838,6 +862,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--fresh-memory", default="nan", choices=("nan", "zero"),
                    help="what never-written device memory holds (simdist's poison; default nan)")
     p.add_argument("--processes", type=int, default=None, help="worker processes (default: every core)")
+    p.add_argument("--stack", default="fakes", choices=("fakes", "real"),
+                   help="the refit program's stack: fakes (default) or real (the installed megatron-core and "
+                        "megatron-bridge, ranks as processes; bf16 params only: see properties/real_stack.py)")
     p.add_argument("--trace", default="hunt-witness.trace.json", help="where to write the witness trace")
     p.add_argument("--export", default=None, help="also write the scenario corpus for the GPU job here")
     p.add_argument("--no-progress", action="store_true")
@@ -888,7 +915,8 @@ def main(a=None) -> int:
     inf = evidence.inferred_factors()
     if inf:
         say(f"  * the run's {', '.join(f'{k}={evidence.run[k]}' for k in inf)} are inferred, not reported")
-    say(f"stack: fakes ({VERSIONS}); {len(configs)} configurations x depths {list(depths)} x up to {seeds} seeds, "
+    out["versions"] = stack_versions = _prepare_stack(a.stack)
+    say(f"stack: {a.stack} ({stack_versions}); {len(configs)} configurations x depths {list(depths)} x up to {seeds} seeds, "
         f"{steps} GRPO steps, fresh device memory = {a.fresh_memory}")
     cands = list(CANDIDATES) if a.candidates == "all" else [c.strip() for c in a.candidates.split(",") if c]
     unknown = [c for c in cands if c not in CANDIDATES]
