@@ -220,3 +220,69 @@ def test_layer_norm_and_batch_norm_backward_in_reduced_precision():
         return out
 
     both(prog)
+
+
+def test_host_copies_keep_layouts_and_version_counters():
+    # A non_blocking device-to-host copy returns pinned memory with _to_copy's layout (preserve_format keeps a
+    # dense tensor's strides) and version 0; copy_ into pinned memory counts once in the version (measured on an
+    # H200: a channels_last (2, 3, 2, 3) tensor .to("cpu", non_blocking=True) has strides (18, 1, 9, 3), version 0;
+    # pinned.copy_(cuda, non_blocking=True) leaves version 1). simdist made the first row-major, and the copy's
+    # kernel, running at the next sync, counted in the version a second time.
+    def prog(dev):
+        t = torch.randn(2, 3, 2, 3, generator=torch.Generator().manual_seed(0)).to(dev).contiguous(
+            memory_format=torch.channels_last)
+        h = t.to("cpu", non_blocking=True)
+        p = torch.zeros(2, 3, 2, 3)
+        p = p.pin_memory() if dev == "cuda" else p
+        p.copy_(t, non_blocking=True)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return [h.stride(), h._version, snap(h), p._version, snap(p)]
+
+    out = both(prog)
+    assert out[0] == (18, 1, 9, 3) and (out[1], out[3]) == (0, 1)
+
+
+def test_to_memory_format_aliases_only_when_it_is_the_suggested_format():
+    # Tensor.to(memory_format=f) returns the tensor itself only when f is its suggest_memory_format() (ATen
+    # to_will_alias), not whenever it is contiguous in f: a (1, 1, 2, 2) tensor can be both row-major and
+    # channels_last contiguous (measured on an H200: such a tensor .to(memory_format=torch.channels_last) is a copy).
+    def prog(dev):
+        t = torch.randn(1, 1, 2, 2, generator=torch.Generator().manual_seed(0)).to(dev)
+        c = torch.randn(1, 2, 2, 2, generator=torch.Generator().manual_seed(1)).to(dev).contiguous(
+            memory_format=torch.channels_last)
+        return [t.to(memory_format=torch.channels_last) is t, c.to(memory_format=torch.channels_last) is c,
+                c.to(memory_format=torch.contiguous_format) is c, t.to(memory_format=torch.contiguous_format) is t]
+
+    assert both(prog) == [False, True, False, True]
+
+
+def test_module_to_device_keeps_parameter_version_counters():
+    # Module._apply moves a parameter with `param.data = moved`, which keeps the parameter's version counter (c10
+    # TensorImpl::shallow_copy_from copies metadata, not the counter); measured on an H200: LayerNorm(2).cuda()
+    # leaves weight._version at 1 (its init's ones_). simdist swaps the tensors to keep the Parameter object and its
+    # attributes, which swapped the counters too (0). Buffers are replaced by new tensors (version 0 on a GPU,
+    # while on the CPU `.to("cpu")` keeps them): not compared here.
+    def prog(dev):
+        torch.manual_seed(0)
+        m = torch.nn.LayerNorm(2)
+        for p in m.parameters():
+            p.grad = torch.ones_like(p)
+            p.grad.mul_(3)
+        m.to(dev)
+        return [(p._version, p.grad._version, snap(p), snap(p.grad)) for p in m.parameters()]
+
+    assert [v[:2] for v in both(prog)] == [(1, 1), (1, 1)]  # ones_ / zeros_ at init, mul_ on each grad
+
+
+def test_a_returned_one_element_tensor_with_a_wide_stride():
+    # A returned tensor is hashed into the run's digest as its row-major bytes; a one-element tensor whose stride
+    # is not 1 (as_strided, a select of a wide tensor) is "contiguous" to torch, cannot be viewed as bytes as it
+    # is, and the run raised after the program had finished (found by the tier: a select of a (1, 4) tensor).
+    def prog(dev):
+        t = torch.arange(8., device=dev)
+        return [t.as_strided((1,), (4,), 1).cpu(), t.reshape(2, 4)[:, 1:2].reshape(-1)[:1].cpu()]
+
+    both(prog)
+    a = simdist.run(prog, args=("cuda",)).digest
+    assert a == simdist.run(prog, args=("cuda",)).digest

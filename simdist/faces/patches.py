@@ -228,7 +228,7 @@ _apply_input = threading.local()
 def _module_apply(self, fn, recurse=True):
     if current_rank() is None:
         return _orig_module_apply(self, fn, recurse)
-    kept = [(p, dict(p.__dict__)) for p in self._parameters.values() if p is not None]
+    kept = [(p, dict(p.__dict__), _versions(p)) for p in self._parameters.values() if p is not None]
 
     def noted(t):
         _apply_input.tensor = t
@@ -238,11 +238,22 @@ def _module_apply(self, fn, recurse=True):
         out = _orig_module_apply(self, noted, recurse)
     finally:
         _apply_input.tensor = None
-    for p, attrs in kept:
+    for p, attrs, versions in kept:
         for k, v in attrs.items():
             if k not in p.__dict__:
                 p.__dict__[k] = v
+        # `param.data = applied` keeps the parameter's (and its grad's) version counter (c10
+        # TensorImpl::shallow_copy_from copies the metadata, not the counter); the swap does not: put it back
+        now = _versions(p)
+        if now != versions:
+            ts = [t for t in (p, p.grad) if t is not None]
+            torch._C._autograd._unsafe_set_version_counter(tuple(ts), tuple(v for v in versions if v is not None))
     return out
+
+
+def _versions(p):
+    g = p.grad
+    return (p._version, None if g is None else g._version)
 
 
 _orig_swap_tensors = torch.utils.swap_tensors

@@ -314,12 +314,20 @@ def tensor_to(t, *args, **kwargs):
     tgt_dtype = dtype if dtype is not None else t.dtype
     same = tgt_dev == cur_dev and tgt_dtype == t.dtype
     if same and not copy:
-        if memory_format in (None, torch.preserve_format) or t.is_contiguous(memory_format=memory_format):
+        if memory_format in (None, torch.preserve_format) or _to_aliases(t, memory_format):
             return t
     kw = {"dtype": tgt_dtype, "device": tgt_dev, "non_blocking": non_blocking}
     if memory_format is not None and memory_format != torch.preserve_format:
         kw["memory_format"] = memory_format
     return _aten._to_copy.default(t, **kw)
+
+
+def _to_aliases(t, memory_format):
+    """Whether Tensor.to(memory_format=...) returns t itself: torch's to_will_alias asks whether the format is
+    t's suggest_memory_format() (not whether t is contiguous in it: a tensor can be both row-major and
+    channels_last contiguous), answered here by torch's own `to` on a meta tensor of t's layout."""
+    m = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+    return m.to(memory_format=memory_format) is m
 
 
 def _parse_to(*args, **kwargs):

@@ -49,8 +49,15 @@ def _to_copy(rs, func, args, kwargs):
         return out
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
-        # the host gets the tensor at once and must synchronize before reading it
-        return _d2h_async(rs, src, rs.host_memory.pin(_poisoned_host(tuple(src.shape), dtype)))
+        # the host gets the tensor at once and must synchronize before reading it. Its layout is _to_copy's
+        # (preserve_format keeps a dense tensor's strides: a channels_last tensor stays channels_last)
+        ck = {k: v for k, v in kwargs.items() if k in ("dtype", "memory_format")}
+        ck["dtype"] = dtype
+        meta = aten._to_copy.default(_to_meta(src), **ck)
+        host = torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=dtype)
+        if host.untyped_storage().nbytes():
+            torch.empty(0, dtype=torch.uint8).set_(host.untyped_storage()).fill_(0xFF)  # poison, as fresh memory
+        return _d2h_async(rs, src, rs.host_memory.pin(host))
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
@@ -92,7 +99,10 @@ def _d2h_async(rs, src, dst):
     """A non_blocking copy into pinned host memory: the host has `dst` at once and must wait before reading it
     (HostReads.check)."""
     si = src._inner
-    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dst.copy_(si), (src,), (),
+    # the DMA writes through `.data` (same bytes, its own version counter): the copy_ the program called has
+    # counted in dst's version already, and a kernel writing later must not count again (on a GPU nothing does)
+    dd = dst.data
+    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dd.copy_(si), (src,), (),
                 _nbytes((src,)))
     rs.host_memory.pending(op, dst)
     return dst
