@@ -12,19 +12,15 @@ this file checks what an incident suite has to show beyond a verdict:
 - where the reporter's diagnosis does not follow from PyTorch's semantics (I4, I7, I8 FULL_SHARD, I9 with FSDP2's
   ref-hold), the clean verdict is not vacuous: a control copy of the program, changed so that the edge really is
   missing, is reported;
-- the variants that drive the real library (tests/incidents_real/) under simdist, in a process of their own (an
-  unsupported library can crash the simulator), expected to fail until simdist has the real c10d backend.
+- the variants that drive the real library (`*_real_*.py`: torch's own `_coalescing_manager`, DDP, FSDP1 with
+  pull/91096's record_stream removed and restored, FSDP2), whose verdicts test_verdict checks like every other.
 
 Failures that are simdist's, not the program's, are xfail(strict=True) naming their entry in
 docs/dev/engine-bugs/incidents.md.
 """
 import contextlib
 import io
-import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -33,7 +29,6 @@ from simdist.properties.programs import corpus_paths, parse, run_options
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCIDENTS = os.path.join(HERE, "corpus", "incidents")
-REAL = os.path.join(HERE, "incidents_real")
 PROGRAMS = corpus_paths(INCIDENTS)
 NAMES = [os.path.basename(p)[:-3] for p in PROGRAMS]
 SEEDS = range(5)
@@ -267,53 +262,3 @@ def test_i09_refhold_is_what_closes_vector_1(tmp_path):
     assert any(h.kind == "reuse-after-free" and reports_edge(
         h, path, "reduce_scatter_tensor(reduce_output, reduce_scatter_input)", "unsharded_grad = dlogits.t() @ h")
         for h in res.hazards), res.report()
-
-
-# ----------------------------------------------------------------------------- the real libraries
-REAL_PROGRAMS = corpus_paths(REAL)
-REAL_REASON = {
-    "i06_torch_coalescing_manager_real_fix": f"{ENGINE_BUGS} E2: torch's _coalescing_manager fails inside simdist",
-    "i07_torch_ddp_real_fix": f"{ENGINE_BUGS} E4: constructing torch's DDP crashes the simulator",
-    "i08_torch_fsdp_mp_shard_real_bug": f"{ENGINE_BUGS} E4, E3: FSDP1 is not modelled (process group, storage resize)",
-    "i08_torch_fsdp_mp_shard_real_fix": f"{ENGINE_BUGS} E4, E3: FSDP1 is not modelled (process group, storage resize)",
-    "i09_torch_fsdp2_chunked_loss_real_fix": f"{ENGINE_BUGS} E4: FSDP2 needs the real c10d backend (issue 12)",
-}
-RUNNER = r"""
-import contextlib, io, json, sys
-import simdist
-from simdist.properties.programs import parse, run_options
-meta = parse(sys.argv[1])
-try:
-    with contextlib.redirect_stdout(io.StringIO()):
-        res = simdist.run_script(sys.argv[1], world_size=meta["world_size"], seed=0, **run_options(meta))
-    out = {"kinds": sorted({h.kind for h in res.hazards}), "error": None}
-except Exception as e:
-    out = {"kinds": [], "error": type(e).__name__ + ": " + str(e).splitlines()[0] if str(e) else type(e).__name__}
-print("RESULT " + json.dumps(out), flush=True)
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.real_libs
-@pytest.mark.parametrize("path", [pytest.param(p, id=os.path.basename(p)[:-3], marks=pytest.mark.xfail(
-    strict=False, reason=REAL_REASON.get(os.path.basename(p)[:-3], "real-backend support pending")))
-    for p in REAL_PROGRAMS])
-def test_real_library_variant(path):
-    meta = parse(path)
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=HERE, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
-    try:
-        out, errout = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, errout = proc.communicate()
-        pytest.fail(f"timed out\n{errout[-2000:]}")
-    result = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and result, f"exit status {proc.returncode}\n{errout[-2000:]}"
-    got = json.loads(result[-1][len("RESULT "):])
-    assert got["error"] is None, got["error"]
-    if meta["expected"] == "clean":
-        assert not got["kinds"], got
-    else:
-        assert set(meta["kinds"]) <= set(got["kinds"]), got

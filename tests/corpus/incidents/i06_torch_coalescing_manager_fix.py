@@ -12,7 +12,7 @@ RULE: `Work.wait()` on an async NCCL collective makes the current stream (here c
 stream's `wait_stream(comm_stream)` then orders the optimizer after it (torch.distributed docs, "Synchronous and
 asynchronous collective operations").
 WHAT SIMDIST SAYS: clean; the program checks the updated parameter shards against the reduce-scatter computed on the
-CPU. The same program driving torch's own `_coalescing_manager` is tests/incidents_real/i06_torch_coalescing_manager_real_fix.py.
+CPU. The same program driving torch's own `_coalescing_manager` is tests/corpus/incidents/i06_torch_coalescing_manager_real_fix.py.
 """
 import contextlib
 import os

@@ -10,8 +10,8 @@ SIMPLIFIED: two gradient buckets, an SGD step on the local shard. There is no re
 lived in torch's C++ (`ProcessGroupNCCL::endCoalescing` returned no work), fixed since torch 2.4.
 RULE: `cm.wait()` waits for the coalesced work, which makes the current stream (comm_stream) wait for the
 reduce-scatter (torch.distributed docs; distributed_c10d.py `_coalescing_manager`).
-WHAT SIMDIST SAYS: not runnable yet (docs/dev/engine-bugs/incidents.md E2: `_coalescing_manager` raises KeyError /
-AttributeError inside simdist); on a GPU with torch >= 2.4 it is clean.
+WHAT SIMDIST SAYS: clean (torch's own `_coalescing_manager` runs on simdist's process group; seeds 0-4); on a GPU
+with torch >= 2.4 it is clean.
 """
 import os
 

@@ -10,8 +10,8 @@ into `param.grad` after the work completes).
 SIMPLIFIED: a two-layer MLP; no real-library buggy twin (the missing record_stream was in C++ and is fixed).
 RULE: DDP's reducer finishes every bucket's all-reduce before backward returns (the current stream waits on the
 work: reducer.cpp `finalize_backward`), so the optimizer reads reduced gradients.
-WHAT SIMDIST SAYS: not runnable yet (docs/dev/engine-bugs/incidents.md E4: constructing DDP crashes the simulator);
-on a GPU it is clean.
+WHAT SIMDIST SAYS: clean (torch's own DDP and its C++ Reducer run on simdist's process group; seeds 0-4); on a GPU
+it is clean.
 """
 import os
 

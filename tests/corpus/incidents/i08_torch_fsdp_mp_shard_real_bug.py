@@ -11,9 +11,9 @@ self._device_handle.current_stream())`, `_free_storage(self.flat_param._mp_shard
 and last calls, i.e. the code between pull/83665 and pull/91096.
 SIMPLIFIED: as in the fixed twin.
 RULE: see tests/corpus/incidents/i08_torch_fsdp_mp_shard_bug.py.
-WHAT SIMDIST SAYS: not runnable yet (FSDP is refused: docs/dev/engine-bugs/incidents.md E4 and E3); the expected
-verdict is the plain model's: reuse-after-free between the first unit's forward (default stream) and the second
-unit's `_use_low_precision_shard` copy (pre-unshard stream).
+WHAT SIMDIST SAYS: reuse-after-free, observed (torch's own FSDP1 with the record_stream removed; seeds 0-4), the
+plain model's verdict: between the first unit's forward (default stream) and the second unit's
+`_use_low_precision_shard` copy (pre-unshard stream).
 """
 import os
 

@@ -9,8 +9,8 @@ FSDPParamGroup), `FSDPParamGroup.post_backward` (`is_partial_group_backward`: th
 post-reduce event), `foreach_reduce`, the root's post-backward final callback.
 SIMPLIFIED: Linear(32, 32) body, Linear(32, 64) head, two loss chunks of 8 tokens, MSE loss, SGD.
 RULE: see the corpus programs.
-WHAT SIMDIST SAYS: not runnable yet (DeviceMesh / FSDP2 are refused: docs/dev/engine-bugs/incidents.md E4); on a GPU
-with torch >= 2.13 it is clean (the wait is in the installed code).
+WHAT SIMDIST SAYS: clean (torch's own DeviceMesh and FSDP2 run on simdist's process group; seeds 0-4); on a GPU with
+torch >= 2.13 it is clean (the wait is in the installed code).
 """
 import os
 
