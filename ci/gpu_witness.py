@@ -295,7 +295,10 @@ class OpHook:
 
         def new(c, *a, **k):
             s = orig_new(c, *a, **k) if orig_new is not object.__new__ else orig_new(c)
-            if isinstance(s, torch.cuda.Stream) or hasattr(s, "stream_id"):
+            # torch.cuda.current_stream() / default_stream() wrap an existing stream in a new Stream object
+            # through this same __new__ (Stream(stream_id=..., device_index=..., device_type=...)), and
+            # ExternalStream passes stream_ptr: neither makes a stream
+            if "stream_id" not in k and "stream_ptr" not in k and hasattr(s, "stream_id"):
                 hook._made(s)
             return s
         self._patch(cls, "__new__", new)

@@ -125,6 +125,8 @@ def test_gpu_hook_counts_ops_as_simdist_does_and_replays_witnesses():
     # per-stream op counts equal simdist's op log, and a witness replayed through its sleeps is observed
     sys.path.insert(0, ROOT)
     from ci import gpu_witness as gw
+    from ci.source_tree import use_source_tree
+    use_source_tree()  # a bare checkout (the GPU machine) has no simdist.properties mapping otherwise
     from simdist.properties.programs import corpus_paths, parse
     names = ("p03_side_stream_no_wait", "q53_first_op_output_freed_reuse", "p29_pipeline_send_recv",
              "p35_reduce_scatter_all_to_all", "r35_object_collectives", "p52_grad_bucket_comm_no_wait_back")
@@ -145,3 +147,53 @@ def test_gpu_hook_counts_ops_as_simdist_does_and_replays_witnesses():
         for rep in r.get("witness_replays_through_hook", []):
             assert rep["observed"] and rep["sleeps_at_named_op"], (r["name"], rep)
     assert sum(len(r.get("witness_replays_through_hook", [])) for r in rows) >= 2
+
+
+class _RealBuildStream:
+    """What the real CUDA build's torch.cuda.Stream does (torch/cuda/streams.py, torch/cuda/__init__.py):
+    torch.cuda.Stream() takes a new stream; current_stream() and default_stream() wrap an existing one in a new
+    Python object through the same __new__, as Stream(stream_id=..., device_index=..., device_type=...)."""
+
+    made = []
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        self = object.__new__(cls)
+        if "stream_id" in kwargs:
+            self.stream_id, self.device_index = kwargs["stream_id"], kwargs["device_index"]
+        else:
+            cls.made.append(self)
+            self.stream_id, self.device_index = 100 + len(cls.made), 0
+        return self
+
+    def __eq__(self, other):
+        return (self.stream_id, self.device_index) == (other.stream_id, other.device_index)
+
+    def __hash__(self):
+        return hash((self.stream_id, self.device_index))
+
+
+def test_gpu_hook_names_streams_as_the_real_build_makes_them(monkeypatch):
+    # on the GPU (2026-12-01) every torch.cuda.current_stream() looked like a new stream to the hook: the real build
+    # makes those objects through Stream.__new__ too; only torch.cuda.Stream() itself makes a stream
+    sys.path.insert(0, ROOT)
+    from ci import gpu_witness as gw
+    current = [0]
+    _RealBuildStream.made = []
+    monkeypatch.setattr(torch.cuda, "Stream", _RealBuildStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _RealBuildStream(
+        stream_id=current[0], device_index=0, device_type=1))
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: _RealBuildStream(
+        stream_id=0, device_index=0, device_type=1))
+    hook = gw.OpHook(0)
+    with hook:
+        assert hook.name_of(torch.cuda.current_stream()) == "rank0/cuda:0/default"
+        side = torch.cuda.Stream()
+        assert hook.name_of(torch.cuda.current_stream()) == "rank0/cuda:0/default"
+        current[0] = side.stream_id  # with torch.cuda.stream(side):
+        assert hook.name_of(torch.cuda.current_stream()) == "rank0/cuda:0/stream1"
+        other = torch.cuda.Stream()
+        current[0] = other.stream_id
+        assert hook.name_of(torch.cuda.current_stream()) == "rank0/cuda:0/stream2"
+        current[0] = 0
+        assert hook.name_of(torch.cuda.current_stream()) == "rank0/cuda:0/default"
+    assert len(_RealBuildStream.made) == 2
