@@ -468,6 +468,19 @@ def _forward_fn(m, ddp, cfg, seed):
     return forward
 
 
+def prepare_hunt() -> str:
+    """``simdist hunt --stack real``: refuse with why if the libraries are missing; make every rank-process fork
+    server import the real stack once (SIMDIST_PRELOAD); return the versions line."""
+    why = have_real_libs()
+    if why:
+        raise SystemExit(f"simdist hunt --stack real: {why}")
+    entry = f"{__name__}:preload"
+    have = [x for x in os.environ.get("SIMDIST_PRELOAD", "").split(",") if x.strip()]
+    if entry not in have:
+        os.environ["SIMDIST_PRELOAD"] = ",".join(have + [entry])
+    return versions()
+
+
 def _register():
     from simdist.properties.hunt import register_stack
     register_stack("real", real_refit)
