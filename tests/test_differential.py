@@ -286,3 +286,45 @@ def test_a_returned_one_element_tensor_with_a_wide_stride():
     both(prog)
     a = simdist.run(prog, args=("cuda",)).digest
     assert a == simdist.run(prog, args=("cuda",)).digest
+
+
+def test_convolution_outputs_take_the_backends_memory_format():
+    # ATen ConvUtils.h: a convolution's outputs are channels_last when its input or its weight is (cuDNN's
+    # cudnn_conv_suggest_memory_format and oneDNN's mkldnn_conv_use_channels_last alike); torch's meta kernel
+    # leaves them row-major ("meta tensors have no device info", torch/_meta_registrations.py meta_conv) and its
+    # FakeTensor asks torch._C._conv_determine_backend_memory_format instead (torch/_subclasses/fake_impls.py).
+    # simdist took the meta layout: a channels_last Conv2d gave a row-major output and gradients.
+    def prog(dev):
+        out = []
+        for cl_in, cl_w in [(True, False), (False, True), (False, False)]:
+            torch.manual_seed(0)
+            m = torch.nn.Conv2d(3, 2, 3, padding=1).to(dev)
+            if cl_w:
+                m = m.to(memory_format=torch.channels_last)
+            x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1)).to(dev)
+            x = x.contiguous(memory_format=torch.channels_last) if cl_in else x
+            x.requires_grad_()
+            y = m(x)
+            y.square().sum().backward()
+            out += [y.stride(), x.grad.stride(), m.weight.grad.stride(), snap(y), snap(x.grad), snap(m.weight.grad)]
+        return out
+
+    out = both(prog)
+    assert out[0] == (32, 1, 8, 2) and out[6] == (32, 1, 8, 2) and out[12] == (32, 16, 4, 1)
+
+
+def test_kernels_run_on_one_intra_op_thread_whatever_the_machine():
+    # A run is a pure function of its program and seed on any machine (DESIGN.md, Determinism). OpenMP keeps the
+    # intra-op thread count per thread, and a new thread starts from OpenMP's default, the machine's core count:
+    # the rank threads ran oneDNN's kernels (a Conv1d's weight gradient) split over every core, so the values
+    # differed from one intra-op thread's by an ulp here and depended on the machine. (On a one-core machine this
+    # test cannot tell.)
+    def prog(dev):
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(2, 3, 4, generator=g).to(dev)
+        w = torch.randn(2, 3, 3, generator=g).to(dev)
+        go = torch.randn(2, 2, 4, generator=g).to(dev)
+        return [snap(t) for t in torch.ops.aten.convolution_backward(go, x, w, [2], [1], [1], [1], False, [0], 1,
+                                                                      [True, True, True])]
+
+    both(prog)

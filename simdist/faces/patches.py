@@ -526,6 +526,11 @@ class TorchRankHooks:
         torch.set_grad_enabled(guard.available())
         if guard.available():
             torch._C._set_multithreading_enabled(False)  # see _engine_run_backward
+        # The kernels run on this thread with one intra-op thread, as Installed sets for the run. OpenMP keeps the
+        # count per thread (omp_set_num_threads sets the calling thread's ICV) and a new thread starts from
+        # OpenMP's default, the machine's core count: oneDNN's kernels (convolution backward) then split their
+        # reductions over every core, and their values depended on the machine the run was on.
+        torch.set_num_threads(1)
         guard.set_device(rs.current_device)
         # FakeTensorMode's dispatch cache is one per process and keys a factory by its arguments as written
         # (device="cuda"), so rank threads would share rank 1's cuda:1 output (DTensor's sharding propagation

@@ -7,6 +7,12 @@ the fast path.
   bool scalar, torch.result_type; ATen Pow.cpp), the meta kernel int64 (it promotes the exponent as an integer).
   simdist gave an int64 tensor where a GPU gives bool (measured on an H200, torch 2.11:
   `torch.ones(3, dtype=torch.bool, device="cuda").pow(True).dtype` is torch.bool).
+- convolution / convolution_backward: the meta kernel leaves every output row-major ("meta tensors have no
+  device info, so the correct format cannot be determined here", torch/_meta_registrations.py meta_conv); the
+  kernels give the memory format of the backend they pick (ATen ConvUtils.h: channels_last when the input or the
+  weight is channels_last, for cuDNN as for oneDNN), which torch's FakeTensor asks of
+  torch._C._select_conv_backend / _conv_determine_backend_memory_format (torch/_subclasses/fake_impls.py conv).
+  simdist asks the same of the CPU views of the arguments: the eager CPU layout, bit for bit.
 """
 from __future__ import annotations
 
@@ -27,3 +33,58 @@ def _pow_bool_bool(args, kwargs, out):
         (shape, stride, _), = specs
         return [(shape, stride, torch.bool)], seq
     return out
+
+
+def _conv_format(inp, weight, rest, bias_sizes=None):
+    stride, padding, dilation, transposed, output_padding, groups = rest
+    kw = dict(stride=stride, padding=padding, dilation=dilation, transposed=transposed,
+              output_padding=output_padding, groups=groups)
+    if bias_sizes is not None:
+        kw.update(bias=None, bias_sizes=bias_sizes)
+    else:
+        kw.update(bias=None)
+    i, w = inp._inner, weight._inner
+    backend = torch._C._select_conv_backend(i, w, **kw)
+    if w.dim() == 3:  # conv1d is run as a 2-d convolution (Convolution.cpp): ask about that one
+        i, w = i.contiguous().unsqueeze(2), w.unsqueeze(2)
+    return torch._C._conv_determine_backend_memory_format(i, w, backend)
+
+
+def _in_format(spec, fmt):
+    if spec is None or fmt in (None, torch.contiguous_format, torch.preserve_format):
+        return spec
+    shape, _, dtype = spec
+    m = torch.empty(shape, dtype=dtype, device="meta")
+    if m.dim() == 3 and fmt == torch.channels_last:
+        m = m.unsqueeze(2).to(memory_format=fmt).squeeze(2)
+    elif (m.dim(), fmt) in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        m = m.to(memory_format=fmt)
+    else:
+        return spec
+    return (shape, tuple(m.stride()), dtype)
+
+
+def _sim(t):
+    return type(t) in (SimTensor, HostProxy)
+
+
+@register_spec_fix(aten.convolution.default)
+def _conv_forward_format(args, kwargs, out):
+    if kwargs or len(args) != 9 or not (_sim(args[0]) and _sim(args[1])):
+        return out
+    fmt = _conv_format(_real(args[0]), _real(args[1]), args[3:9])
+    specs, seq = out
+    return [_in_format(specs[0], fmt)], seq
+
+
+@register_spec_fix(aten.convolution_backward.default)
+def _conv_backward_format(args, kwargs, out):
+    if kwargs or len(args) != 11 or not (_sim(args[1]) and _sim(args[2])):
+        return out
+    fmt = _conv_format(_real(args[1]), _real(args[2]), args[4:10], bias_sizes=args[3])
+    specs, seq = out
+    return [_in_format(specs[0], fmt), _in_format(specs[1], fmt), specs[2]], seq
+
+
+def _real(t):
+    return t._sim if type(t) is HostProxy else t
