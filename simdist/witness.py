@@ -345,9 +345,10 @@ def export_from_cli(a, res, script, fn, args, kwargs, options):
     import simdist
     from .launcher import under_torchrun
     if under_torchrun():
-        from .cli import UsageError
-        raise UsageError("simdist run: --export-witness is not available under torchrun (run `simdist run` "
-                         "directly: the search re-runs the program many times)")
+        import sys
+        print("simdist run: --export-witness is not available under torchrun (run `simdist run` directly: the "
+              "search re-runs the program many times); no witness file written", file=sys.stderr)
+        return None
     opts = {k: v for k, v in options.items() if k != "policy"}
     ws = a.world_size or 1
     if a.transport:
