@@ -71,6 +71,9 @@ class ForkServer:
             while True:
                 msg = self._receive(timeout=60)
                 if msg[0] == "forked":
+                    # a pid is reused once the system wraps around (pid_max is 32768 here): the exit of an
+                    # earlier child with this pid, already reported, is not this child's
+                    self.exits.pop(msg[1], None)
                     return msg[1]
                 self._note(msg)
 
