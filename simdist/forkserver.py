@@ -91,10 +91,11 @@ class ForkServer:
         return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
     def kill(self, pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """Kill the child `pid` (the server does it, and only while that pid is still one of its children: a
+        pid of a child that has exited may belong to another process by now)."""
+        with self.lock:
+            if pid not in self.exits:
+                self.sock.send(pickle.dumps(("kill", pid)))
 
     def _note(self, msg):
         if msg[0] == "exit":
@@ -159,7 +160,15 @@ def serve():
                 except ProcessLookupError:
                     pass
             os._exit(0)
-        _, entry, env, cwd = pickle.loads(data)
+        request = pickle.loads(data)
+        if request[0] == "kill":
+            if request[1] in children:
+                try:
+                    os.kill(request[1], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            continue
+        _, entry, env, cwd = request
         pid = os.fork()
         if pid == 0:
             _child(sock, fds, entry, env, cwd)
