@@ -409,22 +409,33 @@ def cell_kwargs(candidate: str, config: dict, depth: int, steps: int) -> dict:
                 faults=cand.faults, fixes=fixes, steps=steps, layers=depth, refit=cand.refit or config["refit"], **_stack_kwargs())
 
 
+def run_replicate(candidate: str, config: dict, depth: int, seed: int, steps: int, poison: str) -> Replicate:
+    """One schedule seed of a cell: the simulated refit and what it shows (a crash is shown as such)."""
+    kw = cell_kwargs(candidate, config, depth, steps)
+    world = config["tp"] * config["pp"] * config["dp"]
+    try:
+        res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw, nccl=NCCL, poison=poison, transport=_transport(kw))
+        sym, metrics = _symbols(res, steps)
+        return Replicate(seed, sym, metrics, sorted({h.kind for h in res.hazards}))
+    except Exception as e:  # noqa: BLE001 - a crashing cell is shown as such, never hidden
+        return Replicate(seed, ["X"] * steps, [float("nan")] * steps, [],
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+
+
+def _more_seeds(rep: Replicate) -> bool:
+    """Whether a cell needs its other seeds: no hazard means every access is ordered, so every schedule gives
+    seed 0's values."""
+    return bool(rep.hazards or rep.error)
+
+
 def run_cell(job) -> Cell:
     """One (candidate, configuration, depth): seed 0, and every other seed if seed 0 found a hazard (`seeds`
     is 1 for cells the evidence does not describe: they are shown, never fitted)."""
     candidate, config, depth, seeds, steps, poison = job
     cell = Cell(candidate, config, depth)
-    kw = cell_kwargs(candidate, config, depth, steps)
-    world = config["tp"] * config["pp"] * config["dp"]
     for seed in range(seeds):
-        try:
-            res = simdist.run(refit_program, world_size=world, seed=seed, kwargs=kw, nccl=NCCL, poison=poison, transport=_transport(kw))
-            sym, metrics = _symbols(res, steps)
-            cell.replicates.append(Replicate(seed, sym, metrics, sorted({h.kind for h in res.hazards})))
-        except Exception as e:  # noqa: BLE001 - a crashing cell is shown as such, never hidden
-            cell.replicates.append(Replicate(seed, ["X"] * steps, [float("nan")] * steps, [],
-                                             f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"))
-        if seed == 0 and not cell.replicates[0].hazards and not cell.replicates[0].error:
+        cell.replicates.append(run_replicate(candidate, config, depth, seed, steps, poison))
+        if seed == 0 and not _more_seeds(cell.replicates[0]):
             break  # no hazard: every access is ordered, so every schedule gives these values
     return cell
 
@@ -468,21 +479,27 @@ def _progress(on, done, total, t0, what):
 def _warm_caches(configs, depths, steps):
     """Build the schedule-independent CPU state (canonical weights, references, quantized initial shards) once
     in this process, so forked workers inherit it instead of rebuilding it per run."""
+    import torch
     from simdist.fakes import megatron_core as mc
     from simdist.fakes import nemo_rl as nr
-    seen = set()
-    for c in configs:
-        for d in depths:
-            key = (c["recipe"], c["fp8_param"], d)
-            if key in seen:
-                continue
-            seen.add(key)
-            cfg = hunt_model_config(c["recipe"], c["fp8_param"], d).without_parallelism()
-            for s in range(steps):
-                mc.reference_hf_state_dict(cfg, 0, s, LR)
-                nr._clean_metric(cfg, 0, s, float(LR), 2, 16)
-    # one small simulated refit: the simulator's and torch's lazy first-use costs are paid here, not per worker
-    simdist.run(refit_program, world_size=2, nccl=NCCL, kwargs=dict(tp=2, pp=1, steps=1, layers=1))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as inside a simulated run (the values are the same: measured, identical bytes);
+    try:                      # torch's intra-op pool made a 4 ms reference forward take 200-300 ms on 2 busy cores
+        seen = set()
+        for c in configs:
+            for d in depths:
+                key = (c["recipe"], c["fp8_param"], d)
+                if key in seen:
+                    continue
+                seen.add(key)
+                cfg = hunt_model_config(c["recipe"], c["fp8_param"], d).without_parallelism()
+                for s in range(steps):
+                    mc.reference_hf_state_dict(cfg, 0, s, LR)
+                    nr._clean_metric(cfg, 0, s, float(LR), 2, 16)
+        # one small simulated refit: the simulator's and torch's lazy first-use costs are paid here, not per worker
+        simdist.run(refit_program, world_size=2, nccl=NCCL, kwargs=dict(tp=2, pp=1, steps=1, layers=1))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compute_cells(evidence, configs, depths, seeds, steps, poison, progress=True, processes=None,
@@ -494,6 +511,163 @@ def compute_cells(evidence, configs, depths, seeds, steps, poison, progress=True
     _warm_caches(configs, depths, steps)
     cost = lambda j: j[1]["tp"] * j[1]["pp"] * j[1]["dp"] * j[2]  # noqa: E731
     return _pool_map(run_cell, jobs, progress, "cells", processes, cost)
+
+
+# ============================================================================ every run of the hunt, one pool
+class _Scheduler:
+    """Jobs over worker processes, most expensive first, with more added as results come in (a cell's other
+    seeds once seed 0 shows a hazard, the fix check once the evidence cells are in): exactly `processes` jobs
+    are in flight, so the next one is always the most expensive one known, and the cores finish together."""
+
+    def __init__(self, processes, progress):
+        self.processes = processes
+        self.progress = progress
+        self.heap = []
+        self.n = 0
+        self.done = 0
+        self.t0 = time.time()
+
+    def add(self, cost, tag, job):
+        import heapq
+        heapq.heappush(self.heap, (-cost, self.n, tag, job))
+        self.n += 1
+
+    def run(self, on_result):
+        """Run every job (on_result(tag, result) may add more) until none is left."""
+        import heapq
+        if self.processes <= 1:
+            while self.heap:
+                _, _, tag, job = heapq.heappop(self.heap)
+                self._tick()
+                on_result(tag, _run_job(job))
+            return
+        import multiprocessing as mp
+        import queue
+        results = queue.Queue()
+        with mp.get_context("fork").Pool(self.processes) as pool:
+            flying = 0
+            while self.heap or flying:
+                while self.heap and flying < self.processes:
+                    _, _, tag, job = heapq.heappop(self.heap)
+                    pool.apply_async(_run_job, (job,), callback=lambda r, tag=tag: results.put((tag, r, None)),
+                                     error_callback=lambda e, tag=tag: results.put((tag, None, e)))
+                    flying += 1
+                tag, r, err = results.get()
+                flying -= 1
+                if err is not None:
+                    raise err
+                self._tick()
+                on_result(tag, r)
+
+    def _tick(self):
+        self.done += 1
+        if self.progress:
+            _progress(True, self.done, self.done + len(self.heap), self.t0, "runs")
+
+
+def _run_job(job):
+    kind = job[0]
+    if kind == "cell":
+        return run_replicate(*job[1:])
+    if kind == "fix":
+        return _fix_one(job[1])
+    if kind == "witness":
+        w = find_witness(*job[1:])
+        if w is None:
+            return None
+        cell, kw, world, key, res, sym = w  # what the parent prints and saves (a RunResult stays here)
+        return cell, kw, world, key, sym, res.trace, res.digest, [h.kind for h in res.hazards]
+    raise ValueError(f"unknown job {kind!r}")
+
+
+def _job_cost(config, depth):
+    return config["tp"] * config["pp"] * config["dp"] * depth
+
+
+def run_hunt(evidence, configs, depths, seeds, steps, poison, progress=True, processes=None, candidates=None,
+             fix_schedules=48):
+    """Every simulated run of the hunt in one pool: the cells (seed 0, then the other seeds where seed 0 has a
+    hazard), then, as soon as the evidence cells are in, the best candidate's fix check (`fix_schedules`
+    schedules) and, once its cells are in, its smallest reproducer. The same runs as compute_cells, check_fix and
+    find_witness one after the other, and the same results; the pool just never waits for a phase to end.
+
+    Returns (cells, verdicts, best, fix (runs, failures) or None, witness or None)."""
+    fix_cfgs = [dict(evidence.run, fix=f) for f in evidence.fixes_observed()]
+    counted = lambda c: (lambda o: o is not None and o.counts)(evidence.lookup(c, c.get("fix")))  # noqa: E731
+    specs = [(cand, c, d, seeds if counted(c) else 1) for cand in (candidates or DEFAULT_CANDIDATES)
+             for c in configs + fix_cfgs for d in depths]
+    _warm_caches(configs, depths, steps)
+    processes = processes or min(len(specs), os.cpu_count() or 1)
+    sched = _Scheduler(processes, progress)
+    reps = [dict() for _ in specs]
+    left = [1] * len(specs)  # runs still to come per cell (seed 0 first; the others once it shows a hazard)
+    is_evidence = [counted(sp[1]) for sp in specs]
+    evidence_left = sum(is_evidence)
+    state = {"best": None, "fix_jobs": None, "fix_results": None, "witness": None, "witness_added": False}
+
+    def cell_of(i):
+        cand, c, d, _ = specs[i]
+        return Cell(cand, c, d, [reps[i][k] for k in sorted(reps[i])])
+
+    def on_result(tag, r):
+        nonlocal evidence_left
+        if tag[0] == "cell":
+            i, seed = tag[1], tag[2]
+            cand, c, d, n = specs[i]
+            reps[i][seed] = r
+            left[i] -= 1
+            if seed == 0 and n > 1 and _more_seeds(r):
+                for k in range(1, n):
+                    sched.add(_job_cost(c, d), ("cell", i, k), ("cell", cand, c, d, k, steps, poison))
+                left[i] += n - 1
+            if left[i] == 0 and is_evidence[i]:
+                evidence_left -= 1
+                if evidence_left == 0:
+                    _start_fix()
+        elif tag[0] == "fix":
+            state["fix_results"][tag[1]] = r
+        else:
+            state["witness"] = r
+        _maybe_witness()
+
+    def _start_fix():
+        ev_cells = [cell_of(i) for i in range(len(specs)) if is_evidence[i]]
+        best = best_candidate(fit(evidence, ev_cells, depths, seeds))  # the fit reads the evidence cells only
+        state["best"] = best
+        if best is None:
+            return
+        grid = [(c, d) for c in configs for d in depths]
+        jobs = [(best, grid[k % len(grid)][0], grid[k % len(grid)][1], steps, k, poison) for k in range(fix_schedules)]
+        state["fix_jobs"], state["fix_results"] = jobs, [None] * len(jobs)
+        for k, j in enumerate(jobs):
+            sched.add(_job_cost(j[1], j[2]), ("fix", k), ("fix", j))
+
+    def _maybe_witness():
+        best = state["best"]
+        if best is None or state["witness_added"]:
+            return
+        if all(left[i] == 0 for i in range(len(specs)) if specs[i][0] == best):
+            state["witness_added"] = True
+            mine = [cell_of(i) for i in range(len(specs)) if specs[i][0] == best]
+            sched.add(float("inf"), ("witness",), ("witness", best, mine, evidence, steps, poison))
+
+    if evidence_left == 0:
+        _start_fix()
+    for i, (cand, c, d, _n) in enumerate(specs):
+        sched.add(_job_cost(c, d), ("cell", i, 0), ("cell", cand, c, d, 0, steps, poison))
+    _maybe_witness()
+    sched.run(on_result)
+    if progress:
+        sys.stderr.write("\n")
+    cells = [cell_of(i) for i in range(len(specs))]
+    v = fit(evidence, cells, depths, seeds)
+    best = best_candidate(v)
+    if best != state["best"]:  # cannot happen (the fit reads evidence cells only); never report another's check
+        raise RuntimeError(f"internal: best candidate {best!r} from every cell, {state['best']!r} from the evidence")
+    fix = None
+    if best is not None:
+        fix = (len(state["fix_jobs"]), [r for r in state["fix_results"] if r])
+    return cells, v, best, fix, state["witness"]
 
 
 # ============================================================================ the fit
@@ -753,8 +927,11 @@ def best_candidate(v: dict) -> Optional[str]:
 # ============================================================================ fix: proof and cost
 def _fix_one(job):
     candidate, config, depth, steps, k, poison = job
+    import hashlib
     import random
-    rng = random.Random(hash((candidate, _ckey(config), depth, k)) & 0xFFFFFFFF)
+    # a stable hash (Python's hash() of strings changes per process, so the sample changed with every hunt)
+    rng = random.Random(int.from_bytes(hashlib.blake2b(repr((candidate, _ckey(config), depth, k)).encode(),
+                                                       digest_size=4).digest(), "little"))
     kind = k % 3
     pol = (simdist.Jitter(rng.randrange(2**32)) if kind == 0 else
            simdist.PCT(rng.randrange(2**32), depth=rng.choice([1, 2, 3])) if kind == 1 else
@@ -894,6 +1071,8 @@ def main(a=None) -> int:
         a = build_parser().parse_args(a)
     a = _options(a)
     t0 = time.time()
+    import torch
+    torch.set_num_threads(1)  # one simulation per core; each runs its ops on one intra-op thread anyway
     evidence = Evidence.load(a.reported)
     depths = tuple(int(x) for x in str(a.depths).split(","))
     seeds = max(1, int(a.seeds))
@@ -922,8 +1101,8 @@ def main(a=None) -> int:
     unknown = [c for c in cands if c not in CANDIDATES]
     if unknown:
         raise SystemExit(f"unknown candidate(s) {unknown}; known: {list(CANDIDATES)}")
-    cells = compute_cells(evidence, configs, depths, seeds, steps, a.fresh_memory, progress, a.processes, cands)
-    v = fit(evidence, cells, depths, seeds)
+    cells, v, best, fix, witness = run_hunt(evidence, configs, depths, seeds, steps, a.fresh_memory, progress,
+                                            a.processes, cands, a.fix_schedules)
     say("")
     say("candidates (the ordering each drops; where it lives in the real code):")
     for name, c in ((n, CANDIDATES[n]) for n in cands):
@@ -951,14 +1130,12 @@ def main(a=None) -> int:
     out["verdicts"] = {c: {"verdict": r["verdict"], "score": r["score"], "evidence_cells": r["evidence_cells"]}
                        for c, r in v.items()}
     out["conclusion"] = conclusion
-    best = best_candidate(v)
     out["best"] = best
     ok = True
     if best is not None:
         cand = CANDIDATES[best]
         say("")
-        runs, failures = check_fix(best, configs, depths, steps, a.fix_schedules, a.fresh_memory, progress,
-                                   a.processes)
+        runs, failures = fix
         verdict = "clean in all" if not failures else f"{len(failures)} FAILED (first: {failures[0]})"
         say(f"fix for {best}: {' + '.join(fixes_for(best))}, in the full refit program, {runs} schedules (jitter, "
             f"PCT, choice) over {len(configs)} configurations x {len(depths)} depths: {verdict}")
@@ -970,10 +1147,10 @@ def main(a=None) -> int:
         out["fix"] = {"candidate": best, "fixes": list(fixes_for(best)), "schedules": runs, "failures": failures,
                       "cost": cost}
         ok = not failures
-        w = find_witness(best, cells, evidence, steps, a.fresh_memory)
-        if w is not None:
-            cell, kw, world, key, res, sym = w
-            res.save_trace(a.trace)
+        if witness is not None:
+            cell, kw, world, key, sym, trace, digest, kinds = witness
+            with open(a.trace, "w") as f:  # RunResult.save_trace of the witness run (it ran in a worker)
+                json.dump(trace, f)
             pol = "--policy none" + (f" --delay-op {key[0]},{key[1]},{key[2]},{TARGET_DELAY_NS}" if key else "")
             replay = (f"simdist run simdist.properties.hunt:refit_program --world-size {world} --nccl {NCCL} {pol} "
                       f"--kwargs '{json.dumps(kw)}'")
@@ -984,7 +1161,7 @@ def main(a=None) -> int:
             say(f"  replay: {replay}")
             say(f"  Perfetto trace: {a.trace}")
             out["witness"] = {"config": cell.config, "depth": cell.depth, "replay": replay, "steps": "".join(sym),
-                              "digest": res.digest, "hazards": [h.kind for h in res.hazards]}
+                              "digest": digest, "hazards": kinds}
     if a.export:
         from simdist.properties.scenarios import export_corpus
         export_corpus(a.export)

@@ -29,6 +29,14 @@ def join(a: dict, b: dict) -> dict:
     return out
 
 
+def merge_into(vc: dict, b: dict) -> None:
+    """vc learns everything b knows, in place (a token's entry is always 1: a missing one is added)."""
+    get = vc.get
+    for k, v in b.items():
+        if v > get(k, 0):
+            vc[k] = v
+
+
 def full_clock(op) -> dict:
     """The clock of everything that happened before `op` completed (itself included)."""
     d = dict(op.vc)
@@ -73,13 +81,7 @@ class TokenTable:
                     self.merge(full, busy)
             if vc.pop(t, None) is None:
                 continue
-            get = vc.get
-            for k, v in full.items():
-                if type(k) is tuple:
-                    if k not in vc:
-                        vc[k] = v
-                elif v > get(k, 0):
-                    vc[k] = v
+            merge_into(vc, full)  # (a token missing from vc is added: its entry, 1, is above get()'s 0)
 
     @staticmethod
     def has_tokens(vc: dict) -> bool:

@@ -306,9 +306,10 @@ class Collective:
     def _maybe_resolve(self):
         """Once every participant launched: the collective's token stands for their joined clocks."""
         if len(self.clocks) == len(self.group.ranks):
-            full = {}
-            for r in self.group.ranks:
-                full = clocks.join(full, self.clocks[r])
+            ranks = self.group.ranks
+            full = dict(self.clocks[ranks[0]])
+            for r in ranks[1:]:
+                clocks.merge_into(full, self.clocks[r])
             self.table.owner.tokens.resolve(self.token, full)
 
     def _maybe_finish_timing(self):
