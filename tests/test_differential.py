@@ -328,3 +328,37 @@ def test_kernels_run_on_one_intra_op_thread_whatever_the_machine():
                                                                       [True, True, True])]
 
     both(prog)
+
+
+def test_output_layouts_are_the_kernels_when_the_meta_kernel_differs():
+    # CPU and CUDA share TensorIterator, which gives a dim of size 1 the stride of a row-major layout; the meta
+    # kernel of an elementwise op keeps the input's (neg of a (1, 1, 2, 2) channels_last tensor: (4, 1, 2, 1), the
+    # kernels (4, 4, 2, 1)). That stride decides the suggested memory format, so what is computed from the result
+    # was laid out differently (torch.stack of it: strides (12, 1, 4, 2, 1) vs (12, 4, 4, 2, 1)): a `.view()` that
+    # works on a GPU could fail under simdist or the reverse. simdist now takes sizes and strides from the real
+    # kernel, run once per signature on zeros (simdist/faces/probe.py).
+    def prog(dev):
+        t = torch.randn(1, 1, 2, 2, generator=torch.Generator().manual_seed(0)).to(dev).to(
+            memory_format=torch.channels_last)
+        n = torch.neg(t)
+        s = torch.stack([n, t, t], 1)
+        return [t.stride(), n.stride(), s.stride(), snap(s), snap(s.view(-1)) if s.is_contiguous() else None]
+
+    out = both(prog)
+    assert out[1] == (4, 4, 2, 1) and out[2] == (12, 4, 4, 2, 1)
+
+
+def test_a_dtype_the_kernel_does_not_implement_is_refused_at_the_call():
+    # A kernel without an implementation for a dtype refuses it when the op is called, on the host ("add_stub" not
+    # implemented for 'Float8_e4m3fn', on CPU and CUDA alike); the meta kernel accepts it, so simdist raised only
+    # when the kernel ran, at a later sync, past the program's try/except.
+    def prog(dev):
+        x = torch.ones(2, device=dev).to(torch.float8_e4m3fn)
+        try:
+            x + 1
+            caught = None
+        except NotImplementedError as err:
+            caught = str(err).splitlines()[0]  # (simdist adds a line naming the op and where it was launched)
+        return [caught, snap(x.float())]
+
+    assert "not implemented for 'Float8_e4m3fn'" in both(prog)[0]
