@@ -35,8 +35,9 @@ def main():
         for seed in SEEDS:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    res = simdist.run_script(path, world_size=m["world_size"], seed=seed,
-                                             **{"transport": "threads", **run_options(m)})
+                    # (each rank a process, as test_programs runs them: a program that patches a library, as
+                    # the FSDP1 incident's bug twin does, must not leak the patch into the next program)
+                    res = simdist.run_script(path, world_size=m["world_size"], seed=seed, **run_options(m))
             except Exception:  # noqa: BLE001 - the programs that must fail have no digest
                 continue
             digests[key(path, seed)] = res.digest
