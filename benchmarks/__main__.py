@@ -1,6 +1,12 @@
 """Benchmarks (not timed tests): every figure is a rate or a ratio measured in this one run.
 
 python -m simdist.benchmarks [--quick] [--out benchmarks/results.json]
+python -m simdist.benchmarks --refit-only   # issue 13's figures side by side: small op, 20-op pipeline, refit
+                                            # schedules per CPU second per core, simulated / eager refit, the
+                                            # hunt's largest cell and `simdist hunt` end to end (~6 min)
+
+Every figure is stored with the load average (os.getloadavg(), 1 minute) before and after it was measured: this
+machine is shared, and a figure means little without it.
 """
 from __future__ import annotations
 
@@ -180,15 +186,52 @@ def refit_eager(n=5, kw=None, world=2):
 def hunt_end_to_end():
     """`python -m simdist.properties.hunt` (its defaults) in a fresh process: wall seconds and CPU seconds of
     the process tree (the hunt's worker processes included)."""
+    import tempfile
+    trace = os.path.join(tempfile.mkdtemp(prefix="simdist-bench-"), "hunt-witness.trace.json")
     t = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, "-m", "simdist.properties.hunt", "--json"], capture_output=True,
-                         text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-m", "simdist.properties.hunt", "--json", "--trace", trace],
+                         capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter() - t
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     cells = len(json.loads(out.stdout)["cells"]) if out.returncode in (0, 1) and out.stdout else None
     return wall, cpu, cells
+
+
+def _load():
+    return round(os.getloadavg()[0], 2)
+
+
+def refit_section(res, rows, quick=False, hunt=True):
+    """Issue 13's acceptance figures, measured side by side in this run: the fakes' refit in schedules per CPU
+    second per core (one intra-op thread: a simulated run uses one core), the same refit run eagerly over gloo
+    (CPU seconds summed over its two processes) and the ratio, the hunt's largest cell, and the hunt end to end."""
+    n = 3 if quick else 10
+    load0 = _load()
+    rt, wall, ops = refit_throughput(n)
+    eager_cpu, eager_wall = refit_eager(n)
+    res.update(refit_schedules_per_cpu_s=rt, refit_sim_wall_s=wall, refit_sim_ops=ops,
+               refit_eager_cpu_s=eager_cpu, refit_eager_wall_s=eager_wall,
+               refit_sim_over_eager_cpu=(1 / rt) / eager_cpu, refit_sim_over_eager_wall=wall / eager_wall,
+               refit_load=[load0, _load()])
+    rows.append(("refit schedules per CPU second per core, fakes TP=2, 2-layer FP8, 1 step",
+                 f"{rt:.1f}/s ({1 / rt * 1e3:.0f} ms CPU, {ops} ops; load {load0}-{_load()})", ">= 50/core"))
+    rows.append(("  same refit: simulated / eager CPU over gloo (CPU s; wall s)",
+                 f"{(1 / rt) / eager_cpu:.2f}x; {wall / eager_wall:.2f}x ({1 / rt * 1e3:.0f} vs "
+                 f"{eager_cpu * 1e3:.0f} ms CPU; {wall * 1e3:.0f} vs {eager_wall * 1e3:.0f} ms)", "<= 3x"))
+    load0 = _load()
+    ht, hwall, hops = refit_throughput(3 if quick else 5, HUNT_CELL, world=8)
+    res.update(hunt_cell_runs_per_cpu_s=ht, hunt_cell_wall_s=hwall, hunt_cell_ops=hops, hunt_cell_load=[load0, _load()])
+    rows.append(("  the hunt's largest cell: TP2 PP2 DP2, 2 layers, 2 steps",
+                 f"{1 / ht:.2f} s CPU per run ({hops} ops; load {load0}-{_load()})", ""))
+    if hunt:
+        load0 = _load()
+        hw, hcpu, cells = hunt_end_to_end()
+        res.update(hunt_wall_s=hw, hunt_cpu_s=hcpu, hunt_cells=cells, hunt_load=[load0, _load()])
+        rows.append((f"`python -m simdist.properties.hunt` end to end ({cells} cells)",
+                     f"{hw:.1f} s wall, {hcpu:.1f} s CPU (load {load0}-{_load()})", "<= 60 s"))
 
 
 def refit_scaling(world):
@@ -253,7 +296,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m simdist.benchmarks", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="smaller sizes, skip the xdist comparison")
     ap.add_argument("--out", default="benchmarks/results.json")
-    ap.add_argument("--hunt", action="store_true", help="also time the hunt end to end (minutes)")
+    ap.add_argument("--no-hunt", action="store_true", help="skip the hunt end to end (minutes)")
+    ap.add_argument("--refit-only", action="store_true",
+                    help="only issue 13's figures (small op, pipeline, refit, simulated / eager, hunt), merged into "
+                         "the results file")
     ap.add_argument("--fuzz-only", nargs="?", const="all", default=None, metavar="NAMES",
                     help="only the fuzz time-to-find section (all targets, or comma-separated fault switches / syncs)")
     ap.add_argument("--no-fuzz", action="store_true", help="skip the fuzz time-to-find section (~15 min)")
@@ -263,16 +309,27 @@ def main(argv=None):
     res = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "python": platform.python_version(),
            "machine": f"{platform.machine()} x{os.cpu_count()} cores"}
     rows = []
+    load0 = _load()
     us = per_op_us()
     res["per_op_us"] = us
-    rows.append(("small simulated op, end to end (dispatch + run; best of 5)", f"{us:.1f} us", "<= 20 us"))
     dus = dispatch_us()
     res["dispatch_us"] = dus
+    res["per_op_load"] = [load0, _load()]
+    rows.append(("small simulated op, end to end (dispatch + run; best of 5)", f"{us:.1f} us (load {load0}-{_load()})",
+                 "<= 20 us"))
     rows.append(("  of which host-side dispatch per op (best of 3)", f"{dus:.1f} us", "<= 20 us"))
+    load0 = _load()
     for n, (s, e) in overhead_table((64, 512, 2048) if a.quick else (64, 512, 4096)).items():
         res[f"pipeline_{n}_sim_s"], res[f"pipeline_{n}_eager_s"], res[f"pipeline_{n}_ratio"] = s, e, s / e
         rows.append((f"20-op fp32 pipeline {n}x{n}, simulated / eager", f"{s / e:.2f}x ({s * 1e3:.1f} ms vs "
                      f"{e * 1e3:.1f} ms)", "<= 1.5x (large)" if n >= 2048 else ""))
+    res["pipeline_load"] = [load0, _load()]
+    if a.refit_only:
+        try:
+            refit_section(res, rows, a.quick, hunt=not a.no_hunt)
+        except Exception as e:  # noqa: BLE001
+            rows.append(("refit schedules per second", f"failed: {type(e).__name__}: {e}", ""))
+        return _report(a, res, rows, merge=True)
     total, imp, run = time_to_detect()
     res["detect_total_s"], res["detect_import_s"], res["detect_after_imports_s"] = total, imp, run
     rows.append(("time to detect the incident race (after imports)", f"{run:.3f} s (process total {total:.2f} s)",
@@ -285,28 +342,9 @@ def main(argv=None):
         res[f"scaling_{w}_s"] = dt
         rows.append((f"refit-like all_gather+all_reduce, {w} ranks", f"{dt:.2f} s", "64 ranks < 10 s"))
     try:
-        n = 3 if a.quick else 10
-        rt, wall, ops = refit_throughput(n)
-        eager_cpu, eager_wall = refit_eager(n)
-        res.update(refit_schedules_per_cpu_s=rt, refit_sim_wall_s=wall, refit_sim_ops=ops,
-                   refit_eager_cpu_s=eager_cpu, refit_eager_wall_s=eager_wall,
-                   refit_sim_over_eager_cpu=(1 / rt) / eager_cpu, refit_sim_over_eager_wall=wall / eager_wall)
-        rows.append(("refit schedules per second per core, fakes TP=2, 2-layer FP8, 1 step (CPU time)",
-                     f"{rt:.1f}/s ({ops} ops)", ">= 50/core"))
-        rows.append(("  same refit: simulated / eager CPU over gloo (CPU s; wall s)",
-                     f"{(1 / rt) / eager_cpu:.2f}x; {wall / eager_wall:.2f}x ({1 / rt * 1e3:.0f} vs "
-                     f"{eager_cpu * 1e3:.0f} ms CPU; {wall * 1e3:.0f} vs {eager_wall * 1e3:.0f} ms)", "<= 3x"))
-        ht, hwall, hops = refit_throughput(3 if a.quick else 5, HUNT_CELL, world=8)
-        res.update(hunt_cell_runs_per_cpu_s=ht, hunt_cell_wall_s=hwall, hunt_cell_ops=hops)
-        rows.append(("  the hunt's largest cell: TP2 PP2 DP2, 2 layers, 2 steps (CPU time)",
-                     f"{ht:.2f}/s ({hops} ops)", ""))
+        refit_section(res, rows, a.quick, hunt=not a.no_hunt)
     except Exception as e:  # noqa: BLE001
         rows.append(("refit schedules per second", f"failed: {type(e).__name__}: {e}", ""))
-    if a.hunt:
-        wall, cpu, cells = hunt_end_to_end()
-        res.update(hunt_wall_s=wall, hunt_cpu_s=cpu, hunt_cells=cells)
-        rows.append((f"`python -m simdist.properties.hunt` end to end ({cells} cells)",
-                     f"{wall:.1f} s wall, {cpu:.1f} s CPU", "<= 60 s"))
     for w in ((2, 8) if a.quick else (2, 4, 8, 16, 32, 64)):
         dt, rss = refit_scaling(w)
         if dt is None:
@@ -327,15 +365,25 @@ def main(argv=None):
         found = sum(all(x["found"] for x in r["detect"]) for r in frows)
         rows.append((f"fuzz: fault switches / syncs found from an empty database (<= {find_s:.0f} s each)",
                      f"{found}/{len(frows)}", "all, within 2 min"))
+    return _report(a, res, rows, table=None if a.no_fuzz else table)
+
+
+def _report(a, res, rows, table=None, merge=False):
+    """Print the table and write the results file (`merge`: into the figures already there)."""
     w = max(len(r[0]) for r in rows)
     print(f"simdist benchmarks {res['date']} torch {res['torch']} {res['machine']}")
     for name, val, goal in rows:
         print(f"  {name:<{w}}  {val:<28} {goal}")
-    if not a.no_fuzz:
+    if table is not None:
         print("\nfuzz: time to find, from an empty database (README, Benchmarks, Fuzzing)\n" + table)
+    if merge and os.path.exists(a.out):
+        with open(a.out) as f:
+            old = json.load(f)
+        old.update(res)
+        res = old
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump(res, f, indent=1)
+        json.dump(res, f, indent=1, default=str)
     print(f"wrote {a.out}")
 
 

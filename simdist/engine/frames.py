@@ -26,11 +26,22 @@ def capture_frames(depth=24, skip=2):
     return out
 
 
+_LINES = {}  # (id(code), offset) -> (code, line): every collective resolves its caller's frames for its peers
+
+
 def _line(code, lasti):
-    for start, end, line in code.co_lines():
+    hit = _LINES.get((id(code), lasti))
+    if hit is not None and hit[0] is code:  # (the entry keeps its code alive, so the id is not reused)
+        return hit[1]
+    line = code.co_firstlineno
+    for start, end, ln in code.co_lines():
         if start <= lasti < end:
-            return line if line is not None else code.co_firstlineno
-    return code.co_firstlineno
+            line = ln if ln is not None else code.co_firstlineno
+            break
+    if len(_LINES) > 100_000:
+        _LINES.clear()
+    _LINES[(id(code), lasti)] = (code, line)
+    return line
 
 
 # torch's own libraries that order device work (FSDP, DDP, DTensor, functional collectives): a

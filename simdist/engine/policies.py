@@ -41,6 +41,9 @@ class Policy:
         return self.name
 
 
+_COLLECTIVE_FACTORS = {}  # (policy, group, sequence number) -> a collective's factor: a pure function of those
+
+
 class Jitter(Policy):
     """Seeded random durations: mostly near the cost model, sometimes much slower.
 
@@ -82,8 +85,20 @@ class Jitter(Policy):
         return d if d > 1 else 1
 
     def collective(self, key, base_ns, extras):
-        r = random.Random(f"simdist-collective/{self.seed}/{key[0]}/{key[1]}").random
-        return max(1, int(base_ns * self._factor(r)))
+        memo = (type(self), self.seed, self.sigma, self.tail, self.tail_range, key[0], key[1])
+        try:
+            f = _COLLECTIVE_FACTORS.get(memo)
+        except TypeError:  # (an unhashable tail_range)
+            memo = f = None
+        if f is None:
+            # seeding a generator from a string hashes it (sha512): every participant of every collective did it
+            r = random.Random(f"simdist-collective/{self.seed}/{key[0]}/{key[1]}").random
+            f = self._factor(r)
+            if memo is not None:
+                if len(_COLLECTIVE_FACTORS) > 200_000:
+                    _COLLECTIVE_FACTORS.clear()
+                _COLLECTIVE_FACTORS[memo] = f
+        return max(1, int(base_ns * f))
 
     def describe(self):
         return f"jitter(seed={self.seed})"
