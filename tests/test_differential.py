@@ -6,6 +6,7 @@ Module.to/cuda, optimizer steps, host <-> device copies...); the fixed tests bel
 the tier found, each stating the rule it checks and where the rule comes from. Every comparison is exact: the
 same CPU kernels run on both sides, on one intra-op thread each.
 """
+import pytest
 import torch
 
 import simdist
@@ -362,3 +363,55 @@ def test_a_dtype_the_kernel_does_not_implement_is_refused_at_the_call():
         return [caught, snap(x.float())]
 
     assert "not implemented for 'Float8_e4m3fn'" in both(prog)[0]
+
+
+@pytest.mark.xfail(strict=True, reason="known: errors that only a kernel raises surface when it runs, not at the call")
+@pytest.mark.parametrize("case", ["inplace_shapes", "mm_dtypes"])
+def test_known_deferred_errors(case):
+    # On a GPU, an op's argument checks run on the host when it is called, so a program's try/except around the
+    # call catches them. simdist checks shapes at the call from meta kernels (functional and view ops, out=
+    # arguments, and dtype refusals of small ops through simdist/faces/probe.py), but an in-place op's arguments
+    # are checked only by its CPU kernel, and a mixed-dtype mm only by its kernel (torch's meta kernel accepts
+    # it): the error surfaces at the next synchronization, naming the op and where it was launched, past the
+    # program's try/except. Not a silent value; a fix would check every in-place op's arguments at the call.
+    def prog(dev):
+        a = torch.zeros(3, device=dev)
+        try:
+            if case == "inplace_shapes":
+                a.add_(torch.ones(4, device=dev))
+            else:
+                torch.zeros(2, 2, device=dev, dtype=torch.int64) @ torch.zeros(2, 2, device=dev)
+            r = "accepted"
+        except RuntimeError:
+            r = "refused at the call"
+        return [r, snap(a)]
+
+    assert both(prog)[0] == "refused at the call"
+
+
+def test_like_factories_told_to_make_a_host_tensor_make_one():
+    # torch.zeros_like(x, device="cpu") / x.new_ones(n, device="cpu"): the device argument wins over the input's
+    # (docs of torch.zeros_like: "device: the desired device of returned tensor. Default: if None, defaults to the
+    # device of input"). simdist made them on the simulated device: a "cpu" request came back as a CUDA tensor.
+    def prog(dev):
+        t = torch.randn(3, 2, generator=torch.Generator().manual_seed(0)).to(dev).t()
+        made = [torch.zeros_like(t, device="cpu"), t.new_ones(2, device="cpu"), torch.full_like(t, 2., device="cpu"),
+                torch.ones_like(t, dtype=torch.int32, device="cpu"), torch.zeros_like(t), t.new_zeros(2)]
+        where = [m.device.type for m in made[:4]] + [m.is_cuda == (dev == "cuda") for m in made[4:]]
+        return [(w, m.stride(), snap(m)) for w, m in zip(where, made)]
+
+    assert [m[0] for m in both(prog)] == ["cpu"] * 4 + [True] * 2
+
+
+def test_data_dependent_results_keep_the_kernels_storage():
+    # unique_consecutive (ATen Unique.cpp, CPU and CUDA alike) allocates its output for every input element and
+    # resizes it down to the unique count: the result's storage keeps the first size (untyped_storage().nbytes(),
+    # Tensor.storage().size()). simdist allocated exactly the result's bytes.
+    def prog(dev):
+        x = torch.tensor([1., 1., 2., 2., 2., 3.], device=dev)
+        u = torch.unique_consecutive(x)
+        v, counts = torch.unique_consecutive(x, return_counts=True)
+        return [u.untyped_storage().nbytes(), u.storage().size(), snap(u), counts.untyped_storage().nbytes(),
+                snap(counts), x.nonzero().stride()]
+
+    assert both(prog)[0] == 24

@@ -561,25 +561,20 @@ def _sync_compute(rs, func, info, u):
         if r is None:
             outs.append(None)
             continue
-        # the layout the kernel gave (nonzero / argwhere are column-major on CPU and CUDA alike)
-        o = allocate(dev, stream, tuple(r.shape), tuple(r.stride()), r.dtype) if _dense(r) else \
-            allocate_like_contiguous(dev, stream, r.shape, r.dtype)
+        # the storage and layout the kernel gave: nonzero / argwhere are column-major, unique_consecutive keeps
+        # the storage it sized for every input element (CPU and CUDA alike: ATen allocates, then resize_s down)
+        o = _like_storage(dev, stream, r)
         o._inner.copy_(r)
         rs.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
     return tuple(outs) if seq else outs[0]
 
 
-def _dense(t):
-    """Non-overlapping and dense: the strides, smallest first, step over exactly the elements before them."""
-    if t.numel() == 0:
-        return True
-    step = 1
-    for st, n in sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1):
-        if st != step:
-            return False
-        step *= n
-    return True
+def _like_storage(dev, stream, r):
+    """A simulated tensor with r's sizes, strides and storage offset over a storage of r's size (the bytes
+    outside r's view are fresh memory, as the kernel's were never written)."""
+    alloc = dev.memory.malloc(r.untyped_storage().nbytes(), stream)
+    return SimTensor(view_bytes(alloc, tuple(r.shape), tuple(r.stride()), r.dtype, r.storage_offset()), dev, alloc)
 
 
 def _host_read(rs, func, info, args, kwargs):

@@ -35,3 +35,23 @@ def _empty_like(rs, func, args, kwargs):
 @register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
 def _lift(rs, func, args, kwargs):
     return args[0]
+
+
+# torch.zeros_like(x, device="cpu"), x.new_ones(..., device="cpu"): a factory that takes its metadata from a device
+# tensor but is told to make a host tensor makes a plain host tensor (ATen: the device argument wins over the
+# input's). simdist made a tensor on the simulated device whatever the device argument said.
+_LIKE = [aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.new_zeros.default,
+         aten.new_ones.default, aten.new_full.default, aten.rand_like.default, aten.randn_like.default,
+         aten.randint_like.default, aten.randint_like.low_dtype]
+
+
+@register(*[op for op in _LIKE if op is not None])
+def _like_on_host(rs, func, args, kwargs):
+    tdev = kwargs.get("device")
+    if tdev is None or torch.device(tdev).type == "cuda":
+        from ..dispatch import _functional
+        from ..op_info import op_info
+        return _functional(rs, func, op_info(func), args, kwargs)
+    s = _sim_of(args[0])  # only its metadata is read: a host stand-in of its layout
+    stand_in = torch.empty_strided(tuple(s.shape), tuple(s.stride()), dtype=s.dtype)
+    return func(stand_in, *args[1:], **kwargs)
