@@ -29,6 +29,7 @@ differently, the one legitimate source of a difference between the two sides.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import linecache
 import math
@@ -44,7 +45,7 @@ from hypothesis import strategies as st
 from .checks import PropertyFailure
 
 __all__ = ["programs", "Program", "OPS", "check", "Refusal", "snap", "meta", "sync", "cuda", "pin", "side",
-           "gen", "final", "canon", "run_both"]
+           "rec", "gen", "final", "canon", "first_difference", "run_both"]
 
 
 # --- helpers the programs call: one text, both devices ----------------------------------------------------------
@@ -97,6 +98,12 @@ def side(dev):
     cur.wait_stream(s)
 
 
+def rec(t, dev):
+    """`t.record_stream(current stream)`: t was made on a side stream and is used on the current one."""
+    if dev == "cuda":
+        t.record_stream(torch.cuda.current_stream())
+
+
 def final(dev, tensors, modules=(), optimizers=()):
     """The end state: every tensor (placement, metadata, values), every module's parameters and buffers (placement,
     tags, object identity, values, gradients), every optimizer's state, and the aliasing structure."""
@@ -105,7 +112,7 @@ def final(dev, tensors, modules=(), optimizers=()):
     for name, t in objs:
         on_dev = t.is_cuda if dev == "cuda" else name.startswith("t")
         out[name] = {"on device": on_dev, "meta": meta(t), "values": snap(t)}
-    for name, (m, placed, kept, tags) in dict(modules).items():
+    for name, (m, placed, kept, tags, foreach) in dict(modules).items():
         buffers = {n for n, _ in m.named_buffers()}
         for pn, p in list(m.named_parameters()) + list(m.named_buffers()):
             on_dev = p.is_cuda if dev == "cuda" else placed == "dev"
@@ -113,6 +120,10 @@ def final(dev, tensors, modules=(), optimizers=()):
             mt = meta(p)
             if pn in buffers:  # Module._apply replaces a buffer by what .to() returns: on the CPU side that is
                 del mt["version"]  # the same tensor, on a GPU a new one (version 0): not comparable
+            elif foreach:  # a foreach op counts in no version; the CPU kernel loops over per-tensor ops that each
+                del mt["version"]  # do, CUDA's fused kernel does not (its per-tensor fallback would): not comparable
+                if g is not None:
+                    del g["meta"]["version"]
             out[f"{name}.{pn}"] = {"on device": on_dev, "parameter": isinstance(p, torch.nn.Parameter), "meta": mt,
                                    "values": snap(p), "grad": g, "tags": {k: getattr(p, k, None) for k in tags}}
         for pn, k in kept.items():
@@ -198,8 +209,9 @@ def _short(v, n=600):
 
 # --- programs --------------------------------------------------------------------------------------------------
 _NS = {"torch": torch, "snap": snap, "meta": meta, "sync": sync, "cuda": cuda, "pin": pin, "side": side,
-       "gen": gen, "final": final}
-_HEADER = "from simdist.properties.differential import cuda, final, gen, meta, pin, side, snap, sync\nimport torch\n"
+       "gen": gen, "final": final, "rec": rec}
+_HEADER = ("from simdist.properties.differential import cuda, final, gen, meta, pin, rec, side, snap, sync\n"
+           "import torch\n")
 
 
 @dataclass
@@ -306,12 +318,20 @@ class _Builder:
         if not ok:
             self.rebuild()
             return False
+        saved = copy.deepcopy((self.kinds, self.mods, self.opts))
         self.steps.append(step)
         for n in step.drop:
             self.kinds.pop(n, None)
         self.kinds.update(step.new)
         if step.after is not None:
             step.after()
+        try:  # the end state must stay readable (a step can leave a module or tensor no longer readable)
+            self._exec(_final_line(self).replace("out.append(", "_check_ = (", 1))
+        except Exception:  # noqa: BLE001
+            self.steps.pop()
+            self.kinds, self.mods, self.opts = saved
+            self.rebuild()
+            return False
         return True
 
     def _sane(self, name):
@@ -494,6 +514,23 @@ def _factory(b):
     return Step("factory", code, {n: "dev"})
 
 
+@op("new_factory", "creation", ("new_zeros", "new_ones", "new_full", "new_tensor", "zeros_like", "new_empty"))
+def _new_factory(b):
+    x = _dev(b)
+    if x is None:
+        return None
+    shape = b.shape(0, 2)
+    if b.integers(0, 3) == 0:  # made on the host from a device tensor's metadata
+        h = b.name("h")
+        return Step("new_factory", f"{h} = torch.zeros_like({x}, device='cpu')", {h: "host"})
+    n = b.name("t")
+    dt = b.dtype(FLOATS + INTS + (torch.bool,))
+    form = b.choice([f"{x}.new_zeros({shape!r})", f"{x}.new_ones({shape!r}, dtype={_dt(dt)})",
+                     f"{x}.new_full({shape!r}, {b.scalar(dt)}, dtype={_dt(dt)})",
+                     f"{x}.new_tensor([1, 2, 3])", f"torch.ones_like({x}, dtype={_dt(dt)})"])
+    return Step("new_factory", f"{n} = {form}", {n: "dev"})
+
+
 @op("host_tensor", "creation", ())
 def _host_tensor(b):
     n = b.name("h")
@@ -633,7 +670,10 @@ def _data_dependent(b):
         return None
     n = b.name("t")
     form = b.choice(["{x}.nonzero()", "{x}[{x} > 0]", "torch.masked_select({x}, {x} != 0)",
-                     "torch.unique({x})", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1]"])
+                     "torch.unique({x})", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1]",
+                     "torch.where({x} != 0)[0]", "{x}.nonzero(as_tuple=True)[-1]" if b.t(x).dim() else "{x}.nonzero()",
+                     "torch.unique_consecutive({x})", "{x}.flatten().bincount()" if not b.t(x).dtype.is_floating_point
+                     and b.t(x).dtype != torch.bool else "torch.unique({x}, sorted=True)"])
     return Step("data_dependent", f"{n} = " + form.format(x=x), {n: "dev"})
 
 
@@ -946,11 +986,20 @@ def _storage_resize(b):
                                   f"{nb}, ({grow},))\n{tail}.fill_({b.integers(0, 255)})", {tail: "dev"})
 
 
-@op("typed_storage", "storage", ("storage", "_typed_storage", "TypedStorage"))
+@op("typed_storage", "storage", ("storage", "_typed_storage", "TypedStorage", "resize_", "set_"))
 def _typed_storage(b):
     x = _dev(b)
     if x is None:
         return None
+    t = b.t(x)
+    if b.boolean() and _ordinary(t) and t.storage_offset() == 0 and t.is_contiguous() and \
+            t.numel() * t.element_size() == t.untyped_storage().nbytes():
+        n = t.untyped_storage().nbytes() // t.element_size()
+        k = b.integers(1, 8)
+        tail = b.name("t")  # the storage grows by k elements, written at once through a tensor set_ to them
+        return Step("typed_storage", f"{x}.storage().resize_({n + k})\n{tail} = torch.empty(0, device=dev, "
+                                     f"dtype={_dt(t.dtype)}).set_({x}.storage(), {n}, ({k},))\n"
+                                     f"{tail}.fill_({b.scalar(t.dtype)})", {tail: "dev"})
     form = b.choice(["{x}.storage().size()", "{x}.storage().nbytes()", "{x}.storage().dtype",
                      "{x}.storage().data_ptr() == {x}.untyped_storage().data_ptr()", "len({x}.storage())",
                      "{x}.storage().element_size()"])
@@ -1167,9 +1216,9 @@ def _to_host(b):
     if x is None:
         return None
     i = len(b.steps)
+    # (not .cpu(memory_format=...): on the CPU side that may return the tensor itself, where a GPU copies)
     form = b.choice(["snap({x}.cpu())", "snap({x}.to('cpu'))", "snap({x}.to('cpu', torch.float32))",
-                     "snap({x}.to(device='cpu', dtype=torch.float64))", "snap({x}.cpu().float())",
-                     "snap({x}.cpu(memory_format=torch.contiguous_format))", "meta({x})"])
+                     "snap({x}.to(device='cpu', dtype=torch.float64))", "snap({x}.cpu().float())", "meta({x})"])
     if b.boolean():
         return Step("to_host", f"out.append(({i}, {form.format(x=x)}))")
     h = b.name("h")
@@ -1254,8 +1303,71 @@ def _side_stream(b):
     x = _dev(b, _ordinary)
     if x is None:
         return None
+    if b.boolean():  # a new tensor made on the side stream, used on the current one: record_stream
+        n = b.name("t")
+        form = b.choice(["{x} * 2", "{x}.clone()", "torch.cat([{x}, {x}])" if b.t(x).dim() else "{x} + 1",
+                         "{x}.float().sum()"])
+        return Step("side_stream", f"with side(dev):\n    {n} = {form.format(x=x)}\nrec({n}, dev)", {n: "dev"})
     form = b.choice(["{x}.mul_(2)", "{x}.add_(1)", "{x}.zero_()", "{x}.fill_(4)", "{x}.copy_({x} * 3)"])
     return Step("side_stream", f"with side(dev):\n    " + form.format(x=x))
+
+
+@op("autograd", "autograd", ("backward", "grad", "requires_grad_", "CopySlices", "AsStridedBackward"))
+def _autograd(b):
+    """Gradients through views and in-place ops on views of a non-leaf (autograd's CopySlices), read back from
+    the leaf."""
+    x = _dev(b, lambda t: _float(t) and t.dtype != torch.float16 and 0 < t.numel())
+    if x is None:
+        return None
+    t = b.t(x)
+    leaf = b.name("t")
+    lines = [f"{leaf} = {x}.detach().clone().requires_grad_()", f"y_ = {leaf} * 2"]
+    for _ in range(b.integers(1, 3)):
+        lines.append(b.choice([
+            "y_ = y_.exp() if y_.numel() else y_", "y_ = y_.flatten()[::2] * 3", "y_ = y_ @ y_.mT" if t.dim() >= 2
+            else "y_ = y_.sin()", "y_[..., :1].mul_(5)", "y_.select(-1, 0).add_(1) if y_.dim() else y_.add_(1)",
+            "y_ = y_.t().contiguous() if y_.dim() <= 2 else y_.transpose(0, 1)", "y_ = torch.cat([y_, y_ ** 2])"
+            if y_dim_ok(t) else "y_ = y_.square()", "y_ = y_.sum(0, keepdim=True) if y_.dim() else y_",
+            "y_ = y_.as_strided((1,), (1,), 0) * 4", "y_ = y_.expand(2, *y_.shape).sum(0)", "y_.relu_()"]))
+    red = b.choice(["y_.sum()", "y_.float().square().sum()", "y_.mean() if y_.numel() else y_.sum()"])
+    lines.append(f"{red}.backward()")
+    g = b.name("t")
+    lines.append(f"{g} = {leaf}.grad")
+    return Step("autograd", "\n".join(lines), {leaf: "dev", g: "dev"})
+
+
+def y_dim_ok(t):
+    return t.dim() > 0
+
+
+# errors ------------------------------------------------------------------------------------------------------
+_ERRORS = ["{x}.view({bad})", "{x} + {y}", "{x} @ {y}", "{x}.reshape({bad})", "{x}.expand({bad})",
+           "{x}.permute(0, 0)", "{x}[{big}]", "{x}.transpose(0, {nd})", "torch.cat([{x}, {y}], {nd})",
+           "{x}.view(torch.int64)", "{x}.narrow(0, {big}, 1)", "{x}.unfold(0, {big}, 1)",
+           "torch.stack([{x}, {y}])", "{x}.as_strided(({big},), (1,), {big})", "{x}.select(0, {big})",
+           "{x}.diagonal(0, 0, 0)", "{x}.split([1, {big}])"]
+
+
+@op("error", "error", ())
+def _error(b):
+    """An expression eager torch may refuse for its shapes or views: both sides must refuse it at the call, with
+    the same exception type, or both accept it. (Operands of one ordinary dtype: simdist checks shapes at the call,
+    from meta kernels, but raises a kernel's dtype refusal (float8 arithmetic, mm of mixed dtypes) only when the
+    kernel runs: a known difference, tests/test_differential.py test_known_deferred_errors.)"""
+    x = _dev(b, lambda t: _ordinary(t) and t.dtype != torch.bool)
+    if x is None:
+        return None
+    y = _dev(b, lambda t: t.dtype == b.t(x).dtype)
+    if y is None:
+        return None
+    t = b.t(x)
+    big = max(t.shape, default=1) + b.integers(0, 3)
+    bad = tuple(b.integers(1, 5) for _ in range(b.integers(1, 3)))
+    expr = b.choice(_ERRORS).format(x=x, y=y, bad=bad, big=big, nd=t.dim() + 1)
+    i = len(b.steps)
+    return Step("error", f"try:\n    {expr}\n    out.append(({i}, 'no error'))\n"
+                         f"except (RuntimeError, IndexError, TypeError, ValueError) as e_:\n"
+                         f"    out.append(({i}, type(e_).__name__))")
 
 
 # modules and optimizers -------------------------------------------------------------------------------------
@@ -1339,8 +1451,10 @@ def _module_move(b):
              ("{m}.to(dev, torch.bfloat16)", "dev"), ("{m}.to(device=dev, dtype=torch.float32)", "dev"),
              ("{m}.double()", None), ("{m}.to(dev, non_blocking=True)", "dev"), ("{m}.to(torch.float32)", None)]
     text, placed = b.choice(forms)
-    if placed is not None and placed != info["placed"] and not _stateless(b, m):
-        return None  # optimizer state stays where it was made: a later step would mix devices
+    if placed is not None and placed != info["placed"] and (not _stateless(b, m) or info.get("aliased")):
+        # optimizer state stays where it was made: a later step would mix devices; and parameters viewing a flat
+        # buffer (param_data) stay views of it on the CPU side, where a GPU copies them away from it
+        return None
     return Step("module_move", text.format(m=m), after=lambda: info.__setitem__("placed", placed or info["placed"]))
 
 
@@ -1357,7 +1471,7 @@ def _module_input(b, m):
     return b.to_dev(host) if info["placed"] == "dev" else host
 
 
-@op("module_forward", "module", ("linear", "addmm", "conv2d", "layer_norm", "embedding", "batch_norm",
+@op("module_forward", "module compute", ("linear", "addmm", "conv2d", "layer_norm", "embedding", "batch_norm",
                                  "native_layer_norm", "convolution", "relu"))
 def _module_forward(b):
     m = _module(b)
@@ -1369,7 +1483,7 @@ def _module_forward(b):
     return Step("module_forward", f"{ctx}{n} = {m}({_module_input(b, m)})", {n: place})
 
 
-@op("module_backward", "module", ("backward", "sum", "mm", "linear", "convolution_backward",
+@op("module_backward", "module compute", ("backward", "sum", "mm", "linear", "convolution_backward",
                                   "native_layer_norm_backward", "embedding_dense_backward", "threshold_backward"))
 def _module_backward(b):
     m = _module(b)
@@ -1379,7 +1493,7 @@ def _module_backward(b):
     return Step("module_backward", f"{m}({_module_input(b, m)}).{red}.backward()")
 
 
-@op("module_grads", "module", ("grad", "full_like", "zero_grad"))
+@op("module_grads", "module compute", ("grad", "full_like", "zero_grad"))
 def _module_grads(b):
     m = _module(b)
     if m is None:
@@ -1390,7 +1504,7 @@ def _module_grads(b):
     return Step("module_grads", form)
 
 
-@op("optimizer_new", "module", ("SGD", "Adam", "AdamW", "foreach", "fused"))
+@op("optimizer_new", "optimizer", ("SGD", "Adam", "AdamW", "foreach", "fused"))
 def _optimizer_new(b):
     m = _module(b)
     if m is None:
@@ -1401,13 +1515,13 @@ def _optimizer_new(b):
     extra = {"SGD": f"lr=0.1, momentum={b.choice(['0.0', '0.9'])}", "Adam": "lr=0.01", "AdamW": "lr=0.01, "
              "weight_decay=0.1"}[kind]
     def after():
-        b.opts[o] = {"module": m, "stateful": False}
+        b.opts[o] = {"module": m, "stateful": False, "foreach": impl == "foreach=True"}
         b.mods[m]["opts"].append(o)
     return Step("optimizer_new", f"{o} = torch.optim.{kind}({m}.parameters(), {extra}, {impl})", {o: "opt"},
                 after=after)
 
 
-@op("optimizer_step", "module", ("step", "_foreach_add_", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
+@op("optimizer_step", "optimizer", ("step", "_foreach_add_", "_fused_adam_", "_fused_adamw_", "_fused_sgd_",
                                  "lerp_", "addcdiv_", "_foreach_lerp_", "_foreach_addcdiv_", "sqrt"))
 def _optimizer_step(b):
     names = [o for o in b.opts if b.kinds.get(o) == "opt"]
@@ -1417,11 +1531,32 @@ def _optimizer_step(b):
     m = b.opts[o]["module"]
     grads = b.choice(["", f"for p_ in {m}.parameters():\n    p_.grad = torch.full_like(p_, {b.choice(['0.5', '-2.0'])})\n",
                       f"{m}({_module_input(b, m)}).sum().backward()\n"])
+    def after():
+        b.opts[o]["stateful"] = True
+        if b.opts[o]["foreach"]:
+            b.mods[m]["foreach"] = True
     return Step("optimizer_step", grads + f"{o}.step()" + (f"\n{o}.zero_grad()" if b.boolean() else ""),
-                after=lambda: b.opts[o].__setitem__("stateful", True))
+                after=after)
 
 
-@op("param_data", "module", ("data", "set_data", "view_as", "copy_", "zeros"))
+@op("module_state", "module compute", ("state_dict", "load_state_dict", "copy_", "detach"))
+def _module_state(b):
+    """state_dict() tensors are detached aliases of the parameters and buffers; load_state_dict copies in place."""
+    m = _module(b)
+    if m is None:
+        return None
+    names = [n for n, _ in b.ns[m].state_dict().items()]
+    if not names:
+        return None
+    k = b.choice(names)
+    form = b.choice([f"{m}.state_dict()[{k!r}].mul_(2)",
+                     f"{m}.load_state_dict({{k_: v_ * 2 for k_, v_ in {m}.state_dict().items()}})",
+                     f"{m}.load_state_dict({{k_: v_.cpu() + 1 for k_, v_ in {m}.state_dict().items()}})",
+                     f"out.append(({len(b.steps)}, snap({m}.state_dict()[{k!r}])))"])
+    return Step("module_state", form)
+
+
+@op("param_data", "module compute", ("data", "set_data", "view_as", "copy_", "zeros"))
 def _param_data(b):
     """Megatron's distributed optimizer: each parameter's data becomes a view of one flat buffer."""
     m = _module(b, lambda i: i["placed"] == "dev")
@@ -1439,7 +1574,7 @@ def _param_data(b):
         lines.append(f"{m}.get_parameter({pn!r}).data = {buf}[{off}:{off + p.numel()}].view_as("
                      f"{m}.get_parameter({pn!r}))")
         off += p.numel()
-    return Step("param_data", "\n".join(lines), {buf: "dev"})
+    return Step("param_data", "\n".join(lines), {buf: "dev"}, after=lambda: b.mods[m].__setitem__("aliased", True))
 
 
 # --- drawing a program --------------------------------------------------------------------------------------
@@ -1454,7 +1589,7 @@ def _final_line(b):
         if b.kinds.get(m) != "mod":
             continue
         kept = "{" + ", ".join(f"{p!r}: {k}" for p, k in info["kept"].items()) + "}"
-        mods.append(f"{m!r}: ({m}, {info['placed']!r}, {kept}, {info['tags']!r})")
+        mods.append(f"{m!r}: ({m}, {info['placed']!r}, {kept}, {info['tags']!r}, {info.get('foreach', False)})")
     opts = [o for o in b.opts if b.kinds.get(o) == "opt"]
     return (f"out.append(('final', final(dev, {{{', '.join(f'{n!r}: {n}' for n in tensors)}}}, "
             f"{{{', '.join(mods)}}}, {{{', '.join(f'{o!r}: {o}' for o in opts)}}})))")
