@@ -379,6 +379,7 @@ def _report(a, res, rows, table=None, merge=False):
     if merge and os.path.exists(a.out):
         with open(a.out) as f:
             old = json.load(f)
+        res["refit_only_date"] = res.pop("date")  # the other figures keep the date of the run that measured them
         old.update(res)
         res = old
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
