@@ -247,18 +247,6 @@ def test_value_check_rejects_wrong_shards_and_values():
 
 # --------------------------------------------------------------------------------------------------- simdist tier
 
-# The no-wait patch hands DDP's reducer a completed future of its own and leaves torch's future unwaited; simdist's
-# Work.get_future() orders the current stream after the collective at once (the C++ reducer's wait on it cannot
-# be seen from Python), so the removed wait is not missed. A faithful CUDA future (callbacks on pool streams,
-# the wait where value() is read) is open work.
-FUTURE_WAIT_NOT_MODELLED = {"torch_ddp"}
-
-
-def _expected_to_fail(names, reason):
-    return [pytest.param(*p.values, marks=[*p.marks, pytest.mark.xfail(strict=True, reason=reason)], id=p.id)
-            if p.values[0] in names else p for p in ALL]
-
-
 @pytest.mark.parametrize("name", ALL)
 def test_simdist_matches_reference_without_hazards(name):
     results, summary = run_simdist(name)
@@ -266,7 +254,7 @@ def test_simdist_matches_reference_without_hazards(name):
     assert summary["hazards"] == [], summary["report"]
 
 
-@pytest.mark.parametrize("name", _expected_to_fail(FUTURE_WAIT_NOT_MODELLED, "CUDA future waits (see above)"))
+@pytest.mark.parametrize("name", ALL)
 def test_simdist_reports_race_when_a_library_wait_is_removed(name):
     results, summary = run_simdist(name, no_wait_patch=name)
     assert summary["hazards"], f"{no_wait.PATCHES[name].what}: no hazard reported\n{summary['report']}"

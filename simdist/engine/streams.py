@@ -85,9 +85,18 @@ class Device:
         self.default_stream = stream_class.make(self, f"rank{rank.rank}/cuda:{index}/default")
         self.n_user_streams = 0
         self.nccl_streams = {}
+        self.pool_streams = {}
         # set by the torch face when the device is made (World.on_new_device): how torch names it, its generator
         self.torch_device = None
         self.generator = None
+
+    def pool_stream(self, k):
+        """Stream k of the device's pool: what C++ code takes with getStreamFromGlobalPool (a CUDA future runs
+        its callbacks on one); made at first use."""
+        s = self.pool_streams.get(k)
+        if s is None:
+            s = self.pool_streams[k] = self.stream_class.make(self, f"rank{self.rank}/cuda:{self.index}/pool{k}")
+        return s
 
     def new_stream(self, priority=0):
         self.n_user_streams += 1

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from ..engine import collectives as engine
 from ..engine.context import current_rank
 from ..engine.errors import NcclError, SimulationError, UnsupportedOperation
+from . import guard, guard_events
 from .tensor import SimTensor
 
 
@@ -202,12 +203,27 @@ class SimWork(dist.Work):
         raise RuntimeError("sourceRank() may only be called on recv or recvAnysource work objects")
 
     def get_future(self):
-        """A completed torch Future of the outputs. A CUDA future's callbacks and waits run on streams
-        synchronized with the collective, so the current stream waits for it here, before anything can use the
-        value (a consumer of the future is therefore ordered after the collective, as on a GPU)."""
-        self.wait()
-        fut = torch.futures.Future()
-        fut.set_result(self.result())
+        """ProcessGroupNCCL's future: a CUDA future of the outputs, complete at once, whose event is the
+        collective's end on its stream. Whoever waits it (`fut.wait()`, torch DDP's C++ Reducer) makes its current
+        stream wait for the collective; a `then()` callback runs on a pool stream that waits first; `value()` alone
+        orders nothing (simdist/faces/guard_events.py). Without simdist's fake guard (a CUDA build of torch) C++
+        waits cannot be seen: the current stream waits here instead, earlier than on a GPU (never a wrong value;
+        a race that needs that wait removed goes unreported)."""
+        rs = _rank()
+        m = self._marker
+        if not guard.enabled():
+            self.wait()
+            fut = torch.futures.Future()
+            fut.set_result(self.result())
+            return fut
+        work = self
+        while m is None and work._parts:  # a coalesced work: its parts ran in order on the group's stream
+            work = work._parts[-1]
+            m = work._marker
+        dev = m.stream.dev.index if m is not None else rs.current_device
+        fut = torch.futures.Future(devices=[torch.device("cuda", dev)])
+        with guard_events.completing(dev, m):
+            fut.set_result(self.result())
         return fut
 
 

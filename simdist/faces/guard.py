@@ -31,6 +31,7 @@ from ..engine.errors import SimulationError
 
 _lock = threading.Lock()
 _lib = None  # the ctypes handle once loaded
+_callbacks = None  # simdist's streams and events behind the guard's (simdist/faces/guard_events.py)
 _tried = False
 _reason = "not loaded yet"
 
@@ -65,6 +66,8 @@ def load(warn=True):
             lib.simdist_guard_enabled.restype = ctypes.c_int
             lib.simdist_guard_set_device.argtypes = [ctypes.c_int]
             lib.simdist_guard_set_device.restype = None
+            lib.simdist_guard_set_callbacks.argtypes = [ctypes.c_void_p]
+            lib.simdist_guard_set_callbacks.restype = None
             if not lib.simdist_guard_hooks_ours():
                 raise RuntimeError("torch's CUDA hooks are not the CPU build's default ones")
         except Exception as e:  # noqa: BLE001  (no compiler, no ninja, a header mismatch...)
@@ -74,6 +77,10 @@ def load(warn=True):
                               "CUDA tensors (backward() raises UnsupportedOperation).", RuntimeWarning,
                               stacklevel=2)
             return False
+        global _callbacks
+        from .guard_events import callbacks
+        _callbacks = callbacks()  # (alive as long as the library: the guard calls it)
+        lib.simdist_guard_set_callbacks(ctypes.addressof(_callbacks))
         _lib = lib
         _reason = ""
         return True

@@ -13,8 +13,14 @@
 // devices"); deviceCount() (noexcept) answers 0; setDevice only records the thread-local index (the
 // autograd engine's device threads call it as they start, where an exception would end the process).
 //
-// Enabled, the impl keeps a thread-local current device, answers the default stream of each device,
-// treats events as no-ops and reports 64 devices: simdist models streams, events and ordering itself.
+// Enabled, the impl keeps a thread-local current device and reports 64 devices. Its streams and events are
+// simdist's, through callbacks simdist/faces/guard_events.py registers (simdist_guard_set_callbacks): what torch's
+// own C++ records and waits (a CUDA ivalue::Future's events, which DDP's Reducer waits in C++; torch.Event and
+// torch.accelerator) becomes markers and waits on simulated streams. Stream id 0 means "the rank's current
+// stream" (what every tensor's stream is, so autograd never inserts stream syncs of its own: simdist orders
+// backward itself, docs/autograd.md); ids > 0 are pool streams that C++ code exchanges in around a Future's
+// callbacks (getStreamFromGlobalPool + MultiStreamGuard), mapped to simulated pool streams. Without callbacks
+// events are no-ops.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -28,6 +34,26 @@ namespace {
 std::atomic<bool> g_enabled{false};
 thread_local c10::DeviceIndex t_device = 0;
 constexpr c10::DeviceIndex kDeviceCount = 64;
+constexpr int64_t kPoolStreams = 32;  // as c10/cuda's pool: round robin over 32 streams per device
+
+// simdist's side of streams and events (never throw: each returns a plain value)
+struct Callbacks {
+  int64_t (*record)(int64_t event, int device, int64_t stream);  // returns the event's id (a new one for 0)
+  void (*block)(int64_t event, int device, int64_t stream);
+  int (*query)(int64_t event);
+  void (*synchronize_event)(int64_t event);
+  void (*destroy)(int64_t event);
+  void (*exchange)(int device, int64_t stream);  // the rank's current stream becomes pool stream `stream` (0: back)
+  void (*synchronize_device)(int device);
+};
+std::atomic<const Callbacks*> g_callbacks{nullptr};
+thread_local int64_t t_stream[kDeviceCount] = {};  // the pool stream exchanged in on each device (0: none)
+std::atomic<int64_t> g_next_pool{0};
+
+inline const Callbacks* callbacks() { return g_callbacks.load(std::memory_order_acquire); }
+inline int64_t event_id(void* event) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(event)); }
+inline c10::Stream stream_of(c10::Device d, int64_t id) { return c10::Stream(c10::Stream::UNSAFE, d, id); }
+inline c10::Stream pool_stream(c10::Device d) { return stream_of(d, 1 + (g_next_pool++ % kPoolStreams)); }
 
 inline void check_enabled() {
   TORCH_CHECK(g_enabled.load(std::memory_order_relaxed), "PyTorch is not linked with support for ",
@@ -55,7 +81,7 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const override {
     check_enabled();
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return stream_of(d, d.index() >= 0 && d.index() < kDeviceCount ? t_stream[d.index()] : 0);
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     check_enabled();
@@ -63,25 +89,42 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
     check_enabled();
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return pool_stream(d);
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
     check_enabled();
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return pool_stream(d);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     check_enabled();
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    c10::DeviceIndex i = s.device_index();
+    if (i < 0 || i >= kDeviceCount) return stream_of(s.device(), 0);
+    int64_t old = t_stream[i];
+    if (old != s.id()) {
+      t_stream[i] = s.id();
+      if (auto cb = callbacks()) cb->exchange(i, s.id());
+    }
+    return stream_of(s.device(), old);
   }
-  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/) const noexcept override {}
-  void record(void** /*event*/, const c10::Stream& /*stream*/, const c10::DeviceIndex /*device_index*/,
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
+    if (auto cb = callbacks(); cb && event) cb->destroy(event_id(event));
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex /*device_index*/,
               const c10::EventFlag /*flag*/) const override {
     check_enabled();
+    if (auto cb = callbacks()) {
+      int64_t id = cb->record(event_id(*event), stream.device_index(), stream.id());
+      *event = reinterpret_cast<void*>(static_cast<intptr_t>(id));
+    }
   }
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override { check_enabled(); }
-  bool queryEvent(void* /*event*/) const override {
+  void block(void* event, const c10::Stream& stream) const override {
     check_enabled();
-    return true;
+    if (auto cb = callbacks(); cb && event) cb->block(event_id(event), stream.device_index(), stream.id());
+  }
+  bool queryEvent(void* event) const override {
+    check_enabled();
+    auto cb = callbacks();
+    return !(cb && event) || cb->query(event_id(event)) != 0;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return g_enabled.load(std::memory_order_relaxed) ? kDeviceCount : 0;
@@ -90,9 +133,22 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     check_enabled();
     return true;
   }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override { check_enabled(); }
-  void synchronizeEvent(void* /*event*/) const override { check_enabled(); }
-  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override { check_enabled(); }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    check_enabled();
+    if (auto cb = callbacks()) {
+      int64_t id = cb->record(0, stream.device_index(), stream.id());
+      cb->synchronize_event(id);
+      cb->destroy(id);
+    }
+  }
+  void synchronizeEvent(void* event) const override {
+    check_enabled();
+    if (auto cb = callbacks(); cb && event) cb->synchronize_event(event_id(event));
+  }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    check_enabled();
+    if (auto cb = callbacks()) cb->synchronize_device(device_index);
+  }
   void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
 };
 
@@ -185,6 +241,10 @@ int simdist_guard_set_enabled(int on) {
   return 0;
 }
 int simdist_guard_enabled() { return g_enabled.load() ? 1 : 0; }
+// simdist's streams and events behind the guard's (nullptr: events are no-ops). The struct stays alive while set.
+void simdist_guard_set_callbacks(const void* cb) {
+  g_callbacks.store(static_cast<const Callbacks*>(cb), std::memory_order_release);
+}
 // The calling thread's current CUDA device as torch's C++ side sees it (simdist keeps each rank's current device
 // in Python; code that asks C++, such as FakeTensorMode for device="cuda", must get the same answer).
 void simdist_guard_set_device(int index) {
