@@ -189,6 +189,13 @@ class Rank:
             host.clock = op.end
         host.join_op(op)
 
+    def synchronize_device(self, index, what="torch.cuda.synchronize()"):
+        """The host waits until every stream of device `index` has finished the work queued so far."""
+        dev = self.device(index)
+        markers = [s.record_marker(self.host) for s in self.streams if s.dev is dev and s.tail is not None]
+        for m in markers:
+            self.wait_op(m, what)
+
     def poll_pending(self, op, what):
         """A query (Event.query, Stream.query, Work.is_completed) found `op` unfinished: the polling host spends
         time meanwhile. It sleeps to op's end when that is known (the next poll answers True), else a quantum

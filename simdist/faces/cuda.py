@@ -289,10 +289,7 @@ def stream(stream):
 
 def synchronize(device=None):
     rs = _rank()
-    dev = rs.device(device_index(device, rs))
-    markers = [s.record_marker(rs.host) for s in rs.streams if s.dev is dev and s.tail is not None]
-    for m in markers:
-        rs.wait_op(m, "torch.cuda.synchronize()")
+    rs.synchronize_device(device_index(device, rs))
 
 
 def _sleep(cycles):

@@ -121,8 +121,7 @@ def _exchange(rank, device, sid):
 
 @_guarded(None)
 def _synchronize_device(rank, device):
-    from .cuda import synchronize
-    synchronize(device)
+    rank.synchronize_device(device, "torch.accelerator.synchronize()")
 
 
 class Callbacks(ctypes.Structure):
