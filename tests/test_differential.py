@@ -415,3 +415,28 @@ def test_data_dependent_results_keep_the_kernels_storage():
                 snap(counts), x.nonzero().stride()]
 
     assert both(prog)[0] == 24
+
+
+def test_moving_a_module_an_autograd_graph_holds_is_refused_by_name():
+    # Module._apply moves a parameter with `param.data = moved` on a GPU, whatever holds it. simdist cannot graft a
+    # simulated tensor's data onto a CPU tensor (nor the reverse) and swaps the two instead, which torch refuses for
+    # a tensor an autograd graph holds (its AccumulateGrad would feed the other tensor). The tier found this as
+    # torch's own RuntimeError ("_apply(): Couldn't swap LayerNorm.weight") where a GPU succeeds: now a named
+    # refusal, as the standard asks of what simdist does not model.
+    def prog(dev):
+        m = torch.nn.LayerNorm(4).to(dev)
+        y = m(torch.ones(2, 4).to(dev))
+        m.cpu()
+        return [snap(y), m.weight.device.type]
+
+    assert prog("cpu")[1] == "cpu"
+    with pytest.raises(simdist.UnsupportedOperation, match=r"Module\._apply"):
+        simdist.run(prog, args=("cuda",))
+
+    def freed(dev):  # with the graph gone, the move works
+        m = torch.nn.LayerNorm(4).to(dev)
+        y = m(torch.ones(2, 4).to(dev)).detach()
+        m.cpu()
+        return [snap(y), snap(m.weight), m.weight.is_cuda]
+
+    both(freed)

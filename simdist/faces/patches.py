@@ -236,6 +236,17 @@ def _module_apply(self, fn, recurse=True):
 
     try:
         out = _orig_module_apply(self, noted, recurse)
+    except RuntimeError as e:
+        if "Couldn't swap" in str(e) and not torch.__future__.get_swap_module_params_on_conversion():
+            # torch itself would set `param.data`, which a CPU tensor cannot take from a simulated one (and the
+            # reverse): simdist swaps the two, and torch's swap refuses a tensor an autograd graph still holds
+            # (its gradient would be accumulated into the other one). Refused by name, not as torch's error: on a
+            # GPU this move works.
+            raise UnsupportedOperation(
+                f"Module._apply (.cpu() / .to() / .cuda()) between the host and a simulated device of a module whose "
+                f"parameters an autograd graph still holds (a forward's outputs alive) is not modelled by simdist "
+                f"({e}): free the graph first (backward, or drop the outputs)") from e
+        raise
     finally:
         _apply_input.tensor = None
     for p, attrs, versions in kept:
