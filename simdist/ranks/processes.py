@@ -80,7 +80,7 @@ class ProcessTransport(TurnTaker):
         if self.over is not None:
             return False
         try:
-            nxt = end_turn(rank, self.baton, progressed)
+            nxt = end_turn(rank, self.baton, progressed, self.mail)
         except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if self.world.fatal is None:
                 self.world.fatal = e

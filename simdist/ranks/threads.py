@@ -63,7 +63,7 @@ class ThreadTransport(TurnTaker):
             return False
         world, baton = self.world, self.baton
         try:
-            nxt = end_turn(rank, baton, progressed)
+            nxt = end_turn(rank, baton, progressed, self.mail)
         except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if world.fatal is None:
                 world.fatal = e
