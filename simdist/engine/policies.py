@@ -67,20 +67,20 @@ class Jitter(Policy):
 
     def _factor(self, r):
         f = math.exp(self.sigma * 3.4641016 * (r() - 0.5))  # log-factor uniform with standard deviation sigma
-        u = r()
-        if u < self.tail:
+        draw_value = r()
+        if draw_value < self.tail:
             lo, hi = self.tail_range
-            f *= lo + (hi - lo) * (u / self.tail)
+            f *= lo + (hi - lo) * (draw_value / self.tail)
         return f
 
     def kernel(self, key, base_ns):
         # _factor inlined: this runs once per simulated kernel (same draws, same values)
         r = self.random
         f = math.exp(self.sigma * 3.4641016 * (r() - 0.5))
-        u = r()
-        if u < self.tail:
+        draw_value = r()
+        if draw_value < self.tail:
             lo, hi = self.tail_range
-            f *= lo + (hi - lo) * (u / self.tail)
+            f *= lo + (hi - lo) * (draw_value / self.tail)
         d = int(base_ns * f)
         return d if d > 1 else 1
 

@@ -40,10 +40,10 @@ _C = torch._C._distributed_c10d
 
 
 def _rank():
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         raise SimulationError("a simulated process group was used outside a simulated rank")
-    return rs
+    return me
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -89,7 +89,7 @@ def _dense_format(t):
         t.is_contiguous(memory_format=torch.channels_last_3d) if t.dim() == 5 else False)
 
 
-def _check(rs, t, what, p2p=False):
+def _check(me, t, what, p2p=False):
     """ProcessGroupNCCL's check_gpu_single_tensor: CUDA and dense; contiguous in its suggested memory format
     for collectives (P2P takes any layout)."""
     if not isinstance(t, torch.Tensor):
@@ -98,8 +98,8 @@ def _check(rs, t, what, p2p=False):
         return t
     if t.is_sparse:
         raise ValueError("Tensors must be CUDA and dense")
-    if t._dev.rank != rs.rank:
-        raise SimulationError(f"{what}: rank {rs.rank} passed a tensor of rank {t._dev.rank}")
+    if t._dev.rank != me.rank:
+        raise SimulationError(f"{what}: rank {me.rank} passed a tensor of rank {t._dev.rank}")
     if not p2p and not (t.is_contiguous() or _dense_format(t)):
         raise ValueError("Tensors must be contiguous")
     return t
@@ -147,10 +147,10 @@ def _region(t):
 class SimWork(dist.Work):
     """The handle of a simulated collective (c10d Work; C++ callers reach these methods too)."""
 
-    def __init__(self, rs, marker=None, stash=None, outputs=(), host_blocking=False, what="collective",
+    def __init__(self, me, marker=None, stash=None, outputs=(), host_blocking=False, what="collective",
                  parts=()):
         super().__init__()
-        self._rs = rs
+        self._rs = me
         self._marker = marker
         self._stash = stash
         self._outputs = list(outputs)
@@ -159,16 +159,16 @@ class SimWork(dist.Work):
         self._parts = list(parts)  # the works of a coalesced group
 
     def wait(self, timeout=None):
-        rs = _rank()
+        me = _rank()
         for p in self._parts:
             p.wait(timeout)
         m = self._marker
         if m is not None:
-            rs.current_stream(m.stream.dev.index).wait_marker(rs.host, m)
+            me.current_stream(m.stream.dev.index).wait_marker(me.host, m)
             if self._host_blocking:
-                rs.wait_op(m, self._what)
+                me.wait_op(m, self._what)
         if self._stash is not None:
-            _in_flight(rs).release(self._stash)
+            _in_flight(me).release(self._stash)
             self._stash = None
         return True
 
@@ -176,15 +176,15 @@ class SimWork(dist.Work):
         self.wait()
 
     def is_completed(self):
-        rs = _rank()
+        me = _rank()
         if not all(p.is_completed() for p in self._parts):
             return False
         m = self._marker
-        if m is None or (m.end is not None and m.end <= rs.host.clock):
+        if m is None or (m.end is not None and m.end <= me.host.clock):
             if m is not None:
-                rs.host.join_op(m)
+                me.host.join_op(m)
             return True
-        rs.poll_pending(m, "Work.is_completed()")
+        me.poll_pending(m, "Work.is_completed()")
         return False
 
     def is_success(self):
@@ -209,7 +209,7 @@ class SimWork(dist.Work):
         orders nothing (simdist/faces/guard_events.py). Without simdist's fake guard (a CUDA build of torch) C++
         waits cannot be seen: the current stream waits here instead, earlier than on a GPU (never a wrong value;
         a race that needs that wait removed goes unreported)."""
-        rs = _rank()
+        me = _rank()
         m = self._marker
         if not guard.enabled():
             self.wait()
@@ -220,7 +220,7 @@ class SimWork(dist.Work):
         while m is None and work._parts:  # a coalesced work: its parts ran in order on the group's stream
             work = work._parts[-1]
             m = work._marker
-        dev = m.stream.dev.index if m is not None else rs.current_device
+        dev = m.stream.dev.index if m is not None else me.current_device
         fut = torch.futures.Future(devices=[torch.device("cuda", dev)])
         with guard_events.completing(dev, m):
             fut.set_result(self.result())
@@ -242,14 +242,14 @@ class _InFlight:
     def release(self, entry):
         entry[1] = None
 
-    def prune(self, rs):
+    def prune(self, me):
         keep = []
         for entry in self.entries:
             m, ts = entry
             if ts is None:
                 continue
-            if m.end is not None and m.end <= rs.host.clock:
-                rs.host.join_op(m)  # the watchdog saw the end event complete
+            if m.end is not None and m.end <= me.host.clock:
+                me.host.join_op(m)  # the watchdog saw the end event complete
                 entry[1] = None
                 continue
             keep.append(entry)
@@ -268,13 +268,13 @@ class RankC10d:
         self.works = {}  # id(allocation) -> [Work]: functional collectives' outputs not waited yet
 
 
-def state(rs):
+def state(me):
     """The rank's RankC10d (made by the torch face when the rank starts: simdist/faces/patches.py)."""
-    return rs.face.c10d
+    return me.face.c10d
 
 
-def _in_flight(rs):
-    return state(rs).in_flight
+def _in_flight(me):
+    return state(me).in_flight
 
 
 # --- the process group ---------------------------------------------------------------------------
@@ -393,7 +393,7 @@ class SimProcessGroup(dist.ProcessGroup):
     # --- the one path of every collective -------------------------------------------------------
     def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
              stream_key=None, meta=None, host_blocking=False, group=None):
-        rs = _rank()
+        me = _rank()
         g = group if group is not None else self._engine_group()
         tensors = list(inputs) + list(outputs)
         reads = list(reads if reads is not None else inputs)
@@ -410,27 +410,27 @@ class SimProcessGroup(dist.ProcessGroup):
                 raise RuntimeError(f"No backend type associated with device type cpu (group {g.name} has backend "
                                    f"config {c10d._world.pg_backend_config.get(self)!r}; a CPU tensor needs gloo, "
                                    "e.g. init_process_group('cpu:gloo,cuda:nccl'))")
-            engine.host_collective(rs, g, kind, desc, sig, reads, outputs, compute, nb)
-            return SimWork(rs, None, None, outputs, what=desc)
+            engine.host_collective(me, g, kind, desc, sig, reads, outputs, compute, nb)
+            return SimWork(me, None, None, outputs, what=desc)
         if cfg.get("cuda") != "nccl":
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
                                        "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
-        world = rs.world
+        world = me.world
         default = c10d._world.default_pg
         if default is not None and getattr(default, "bound_device_id", None) is not None:
-            rs.collectives.eager_init = True  # init_process_group(device_id=...): communicators made eagerly
-        in_flight = _in_flight(rs)
-        in_flight.prune(rs)
+            me.collectives.eager_init = True  # init_process_group(device_id=...): communicators made eagerly
+        in_flight = _in_flight(me)
+        in_flight.prune(me)
         reads = [_region(t) for t in reads]
         writes = [_region(t) for t in writes]
         try:
-            op, stream, cur, on_side = engine.launch_collective(rs, g, kind, desc, sig, reads, writes, compute,
+            op, stream, cur, on_side = engine.launch_collective(me, g, kind, desc, sig, reads, writes, compute,
                                                                 async_op, nb, stream_key, meta)
         except NcclError as e:
             if isinstance(e, dist.DistBackendError):
                 raise
             raise DistBackendError(str(e)) from None
-        host = rs.host
+        host = me.host
         stash = None
         if on_side:
             if world.nccl_profile == "2.7" and not world.avoid_record_streams:
@@ -444,15 +444,15 @@ class SimProcessGroup(dist.ProcessGroup):
         if world.nccl_profile == "2.7" and not async_op:
             cur.wait_marker(host, marker)  # ProcessGroupNCCL <= 2.7: a synchronous op's current stream waits
             marker = None
-        work = SimWork(rs, marker, stash, outputs, host_blocking, desc)
+        work = SimWork(me, marker, stash, outputs, host_blocking, desc)
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
 
     # --- collectives ------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        rs = _rank()
-        ts = [_check(rs, t, "all_reduce") for t in _as_list(tensors)]
+        me = _rank()
+        ts = [_check(me, t, "all_reduce") for t in _as_list(tensors)]
         op = getattr(opts, "reduceOp", None)
         return self._allreduce(ts, op, _async(opts))
 
@@ -465,16 +465,16 @@ class SimProcessGroup(dist.ProcessGroup):
                          * len(vals), async_op)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        rs = _rank()
-        ts = [_check(rs, t, "all_reduce_coalesced") for t in tensors]
+        me = _rank()
+        ts = [_check(me, t, "all_reduce_coalesced") for t in tensors]
         return self._allreduce(ts, getattr(opts, "reduceOp", None), _async(opts))
 
     def broadcast(self, tensors, opts=None):
-        rs = _rank()
-        ts = [_check(rs, t, "broadcast") for t in _as_list(tensors)]
+        me = _rank()
+        ts = [_check(me, t, "broadcast") for t in _as_list(tensors)]
         g = self._engine_group()
         root = _root(opts, g, "broadcast")
-        is_root = g.index[rs.rank] == root
+        is_root = g.index[me.rank] == root
         nt = len(ts)
         return self._run(
             "broadcast", _desc("broadcast", ts, f"src={g.ranks[root]}"),
@@ -484,22 +484,22 @@ class SimProcessGroup(dist.ProcessGroup):
             nbytes=sum(t.numel() * t.element_size() for t in ts))
 
     def reduce(self, tensors, opts=None):
-        rs = _rank()
-        ts = [_check(rs, t, "reduce") for t in _as_list(tensors)]
+        me = _rank()
+        ts = [_check(me, t, "reduce") for t in _as_list(tensors)]
         t = ts[0]
         g = self._engine_group()
         root = _root(opts, g, "reduce")
         name = _redop_name(getattr(opts, "reduceOp", None), t)
-        is_root = g.index[rs.rank] == root
+        is_root = g.index[me.rank] == root
         return self._run(
             "reduce", _desc("reduce", [t], f"dst={g.ranks[root]}, {name}"), ("reduce", _sig_t(t), root, name), [t],
             [t], lambda vals: [[engine.reduce_values([v[0] for v in vals], name)] if j == root else [None]
                                for j in range(len(vals))], _async(opts), writes=[t] if is_root else [])
 
     def _allgather_into(self, out, inp, async_op, what="all_gather_into_tensor"):
-        rs = _rank()
-        o = _check(rs, out, what)
-        i = _check(rs, inp, what)
+        me = _rank()
+        o = _check(me, out, what)
+        i = _check(me, inp, what)
         n = self._engine_group().size()
         if o.dtype != i.dtype:
             raise TypeError("output tensor must have the same type as input tensor")
@@ -523,11 +523,11 @@ class SimProcessGroup(dist.ProcessGroup):
         return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
 
     def allgather(self, output_lists, inputs, opts=None):
-        rs = _rank()
+        me = _rank()
         if len(inputs) != 1 or len(output_lists) != 1:
             raise UnsupportedOperation("all_gather with several tensors per rank (one per device) is not modelled")
-        t = _check(rs, inputs[0], "all_gather")
-        outs = [_check(rs, x, "all_gather") for x in output_lists[0]]
+        t = _check(me, inputs[0], "all_gather")
+        outs = [_check(me, x, "all_gather") for x in output_lists[0]]
         g = self._engine_group()
         n = g.size()
         if len(outs) != n:
@@ -535,8 +535,8 @@ class SimProcessGroup(dist.ProcessGroup):
         for x in outs:
             if x.dtype != t.dtype:
                 raise TypeError("Tensors must have identical type")
-        if outs[g.index[rs.rank]].numel() != t.numel():
-            raise ValueError(f"all_gather: this rank's output slot {list(outs[g.index[rs.rank]].shape)} does not "
+        if outs[g.index[me.rank]].numel() != t.numel():
+            raise ValueError(f"all_gather: this rank's output slot {list(outs[g.index[me.rank]].shape)} does not "
                              f"match its input {list(t.shape)}")
         # outputs of different sizes are allowed (ProcessGroupNCCL then broadcasts each rank's input in turn): the
         # signature is the list of output shapes, which every rank must agree on
@@ -548,9 +548,9 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._coalesce([self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_list)])
 
     def _reduce_scatter_tensor(self, out, inp, op, async_op, what="reduce_scatter_tensor"):
-        rs = _rank()
-        o = _check(rs, out, what)
-        i = _check(rs, inp, what)
+        me = _rank()
+        o = _check(me, out, what)
+        i = _check(me, inp, what)
         n = self._engine_group().size()
         if o.dtype != i.dtype:
             raise TypeError("input tensor must be the same type as the output tensor.")
@@ -580,28 +580,28 @@ class SimProcessGroup(dist.ProcessGroup):
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        rs = _rank()
+        me = _rank()
         if len(outputs) != 1 or len(input_lists) != 1:
             raise UnsupportedOperation("reduce_scatter with several tensors per rank is not modelled")
-        o = _check(rs, outputs[0], "reduce_scatter")
-        ins = [_check(rs, x, "reduce_scatter") for x in input_lists[0]]
+        o = _check(me, outputs[0], "reduce_scatter")
+        ins = [_check(me, x, "reduce_scatter") for x in input_lists[0]]
         g = self._engine_group()
         n = g.size()
         if len(ins) != n:
             raise ValueError(f"reduce_scatter: input_list has {len(ins)} tensors for {n} ranks")
         name = _redop_name(getattr(opts, "reduceOp", None), o)
-        if ins[g.index[rs.rank]].numel() != o.numel():
+        if ins[g.index[me.rank]].numel() != o.numel():
             raise ValueError(f"reduce_scatter: output {list(o.shape)} does not match this rank's input slot "
-                             f"{list(ins[g.index[rs.rank]].shape)}")
+                             f"{list(ins[g.index[me.rank]].shape)}")
         return self._run(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
             "reduce_scatter", _desc("reduce_scatter", [o], name),
             ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
             lambda vals: [[engine.reduce_values([v[j] for v in vals], name)] for j in range(n)], _async(opts))
 
     def _alltoall_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
-        rs = _rank()
-        o = _check(rs, output, "all_to_all_single")
-        i = _check(rs, input, "all_to_all_single")
+        me = _rank()
+        o = _check(me, output, "all_to_all_single")
+        i = _check(me, input, "all_to_all_single")
         if not (o.is_contiguous() and i.is_contiguous()):
             raise UnsupportedOperation("all_to_all_single of tensors that are not row-major contiguous is not "
                                        "modelled by simdist")
@@ -636,21 +636,21 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._alltoall_single(output, input, output_split_sizes, input_split_sizes, _async(opts))
 
     def alltoall(self, outputs, inputs, opts=None):
-        rs = _rank()
-        outs = [_check(rs, x, "all_to_all") for x in outputs]
-        ins = [_check(rs, x, "all_to_all") for x in inputs]
+        me = _rank()
+        outs = [_check(me, x, "all_to_all") for x in outputs]
+        ins = [_check(me, x, "all_to_all") for x in inputs]
         n = self._engine_group().size()
         return self._run("all_to_all", _desc("all_to_all", ins), ("all_to_all", len(ins)), ins, outs,
                          lambda vals: [[vals[k][j] for k in range(n)] for j in range(n)], _async(opts))
 
     def gather(self, output_lists, inputs, opts=None):
-        rs = _rank()
-        t = _check(rs, inputs[0], "gather")
+        me = _rank()
+        t = _check(me, inputs[0], "gather")
         g = self._engine_group()
         root = _root(opts, g, "gather")
         n = g.size()
-        is_root = g.index[rs.rank] == root
-        outs = [_check(rs, x, "gather") for x in (output_lists[0] if output_lists else [])] if is_root else []
+        is_root = g.index[me.rank] == root
+        outs = [_check(me, x, "gather") for x in (output_lists[0] if output_lists else [])] if is_root else []
         if is_root and len(outs) != n:
             raise ValueError(f"gather: the destination needs a gather_list of {n} tensors")
         return self._run("gather", _desc("gather", [t], f"dst={g.ranks[root]}"), ("gather", _sig_t(t), root), [t],
@@ -658,13 +658,13 @@ class SimProcessGroup(dist.ProcessGroup):
                          _async(opts))
 
     def scatter(self, outputs, input_lists, opts=None):
-        rs = _rank()
-        t = _check(rs, outputs[0], "scatter")
+        me = _rank()
+        t = _check(me, outputs[0], "scatter")
         g = self._engine_group()
         root = _root(opts, g, "scatter")
         n = g.size()
-        is_root = g.index[rs.rank] == root
-        ins = [_check(rs, x, "scatter") for x in (input_lists[0] if input_lists else [])] if is_root else []
+        is_root = g.index[me.rank] == root
+        ins = [_check(me, x, "scatter") for x in (input_lists[0] if input_lists else [])] if is_root else []
         if is_root and len(ins) != n:
             raise ValueError(f"scatter: the source needs a scatter_list of {n} tensors")
         return self._run("scatter", _desc("scatter", [t], f"src={g.ranks[root]}"), ("scatter", _sig_t(t), root), ins,
@@ -673,15 +673,15 @@ class SimProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         """ProcessGroupNCCL's barrier: an all_reduce of one element on the device of `device_ids` (else the
         current one), whose Work blocks the host when waited."""
-        rs = _rank()
+        me = _rank()
         ids = list(getattr(opts, "device_ids", None) or [])
-        dev = rs.device(ids[0] if ids else rs.current_device)
+        dev = me.device(ids[0] if ids else me.current_device)
         cfg = self._config()
         if cfg.get("cuda") != "nccl":  # a gloo-only group: a host rendezvous
             g = self._engine_group()
-            engine.host_collective(rs, g, "barrier", "barrier()", ("barrier",), [], [],
+            engine.host_collective(me, g, "barrier", "barrier()", ("barrier",), [], [],
                                    lambda vals, metas: [[]] * len(vals), 0)
-            return SimWork(rs, what="barrier()")
+            return SimWork(me, what="barrier()")
         with torch.cuda.device(dev.index):
             buf = torch.zeros(1, device="cuda")  # a kernel on the current stream, as ProcessGroupNCCL's barrier
         return self._run("all_reduce", "barrier()", ("barrier",), [buf], [buf],
@@ -693,24 +693,24 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- point to point ------------------------------------------------------------------------------
     def _p2p(self, tensors, peer, is_send):
-        rs = _rank()
+        me = _rank()
         what = "send" if is_send else "recv"
         ts = _as_list(tensors)
         if len(ts) != 1:
             raise UnsupportedOperation(f"{what} of several tensors at once is not modelled")
-        t = _check(rs, ts[0], what, p2p=True)
+        t = _check(me, ts[0], what, p2p=True)
         g = self._engine_group()
         if not 0 <= peer < g.size():
             raise ValueError(f"Invalid destination rank: should be within the range [0, {g.size() - 1}], but got "
                              f"{peer}")
         gpeer = g.ranks[peer]
-        if gpeer == rs.rank:
-            raise ValueError(f"Invalid destination rank: rank {rs.rank} cannot {what} to or from itself")
-        src, dst = (rs.rank, gpeer) if is_send else (gpeer, rs.rank)
-        pair = rs.collectives.p2p_pair(g, src, dst)
+        if gpeer == me.rank:
+            raise ValueError(f"Invalid destination rank: rank {me.rank} cannot {what} to or from itself")
+        src, dst = (me.rank, gpeer) if is_send else (gpeer, me.rank)
+        pair = me.collectives.p2p_pair(g, src, dst)
         desc = f"{what}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={gpeer})"
         si = pair.index[src]
-        batched = _batch(rs).take(t)
+        batched = _batch(me).take(t)
         return self._run("p2p", desc, ("p2p", _sig_t(t)), [t] if is_send else [], [] if is_send else [t],
                          lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], True,
                          nbytes=t.numel() * t.element_size(), group=pair,
@@ -786,8 +786,8 @@ class _Batch:
         return False
 
 
-def _batch(rs):
-    return state(rs).batch
+def _batch(me):
+    return state(me).batch
 
 
 _orig_check_p2p_op_list = c10d._check_p2p_op_list
@@ -795,9 +795,9 @@ _orig_check_p2p_op_list = c10d._check_p2p_op_list
 
 def _check_p2p_op_list(p2p_op_list):
     _orig_check_p2p_op_list(p2p_op_list)
-    rs = current_rank()
-    if rs is not None:
-        _batch(rs).tensors = [p.tensor for p in p2p_op_list]
+    me = current_rank()
+    if me is not None:
+        _batch(me).tensors = [p.tensor for p in p2p_op_list]
 
 
 class SimNCCL(SimProcessGroup):
@@ -840,10 +840,10 @@ _ORIG_WORLD = c10d._world
 
 
 def _rank_world():
-    rs = current_rank()
-    if rs is None or rs.face is None:
+    me = current_rank()
+    if me is None or me.face is None:
         return _ORIG_WORLD
-    return rs.face.c10d.world
+    return me.face.c10d.world
 
 
 class _WorldProxy:
@@ -856,19 +856,19 @@ class _WorldProxy:
         setattr(_rank_world(), name, value)
 
 
-def auto_init(rs):
+def auto_init(me):
     """Let a function run by simdist.run use torch.distributed without init_process_group (the README's promise
     for functions; torchrun-style scripts get torch's own error instead)."""
-    state(rs).auto_init = True
+    state(me).auto_init = True
 
 
 _orig_get_default_group = c10d._get_default_group
 
 
 def _get_default_group():
-    rs = current_rank()
-    if rs is not None and rs.face is not None and rs.face.c10d.auto_init and not c10d.is_initialized():
-        rs.face.c10d.auto_init = False
+    me = current_rank()
+    if me is not None and me.face is not None and me.face.c10d.auto_init and not c10d.is_initialized():
+        me.face.c10d.auto_init = False
         c10d.init_process_group("nccl")
     return _orig_get_default_group()
 
@@ -876,13 +876,13 @@ def _get_default_group():
 def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
     """c10d's rendezvous inside a simulated rank: a store of the rank's own. Ranks never meet through it
     (collectives meet in simdist's engine), so nothing waits on it."""
-    rs = _rank()
-    n = rs.world.world_size
+    me = _rank()
+    n = me.world.world_size
     if world_size not in (-1, None) and world_size != n:
         raise ValueError(f"init_process_group(world_size={world_size}) but the simulated world has {n} ranks")
-    if rank not in (-1, None) and rank != rs.rank:
-        raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {rs.rank}")
-    yield (_C.HashStore(), rs.rank, n)
+    if rank not in (-1, None) and rank != me.rank:
+        raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {me.rank}")
+    yield (_C.HashStore(), me.rank, n)
 
 
 _orig_new_process_group_helper = c10d._new_process_group_helper

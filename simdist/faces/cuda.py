@@ -25,22 +25,22 @@ from . import guard
 
 
 def _rank():
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         raise SimulationError("torch.cuda was used outside a simulated rank")
-    return rs
+    return me
 
 
-def _set_current(rs, index):
+def _set_current(me, index):
     """The rank's current device, also where torch's C++ side asks for it (simdist/faces/guard.py)."""
-    rs.current_device = index
+    me.current_device = index
     guard.set_device(index)
 
 
-def device_index(device, rs):
+def device_index(device, me):
     """Index of a device argument as torch.cuda accepts it (None, int, str, torch.device)."""
     if device is None:
-        return rs.current_device
+        return me.current_device
     if isinstance(device, int):
         return device
     if isinstance(device, str):
@@ -48,7 +48,7 @@ def device_index(device, rs):
     idx = getattr(device, "index", None)
     if getattr(device, "type", "cuda") != "cuda":
         raise ValueError(f"Expected a cuda device, but got: {device}")
-    return rs.current_device if idx is None else idx
+    return me.current_device if idx is None else idx
 
 
 class Stream(engine_streams.Stream):
@@ -61,10 +61,10 @@ class Stream(engine_streams.Stream):
     __slots__ = ()
 
     def __new__(cls, device=None, priority=0, **kwargs):
-        rs = current_rank()
-        if rs is None:
+        me = current_rank()
+        if me is None:
             raise SimulationError("torch.cuda.Stream() was created outside a simulated rank")
-        return rs.device(device_index(device, rs)).new_stream(priority)
+        return me.device(device_index(device, me)).new_stream(priority)
 
     def __init__(self, *args, **kwargs):
         pass
@@ -105,19 +105,19 @@ class Stream(engine_streams.Stream):
         return event
 
     def query(self):
-        rs = _rank()
+        me = _rank()
         t = self.tail
         if t is None:
             return True
-        if t.end is not None and t.end <= rs.host.clock:
-            rs.host.join_op(t.full())
+        if t.end is not None and t.end <= me.host.clock:
+            me.host.join_op(t.full())
             return True
-        rs.poll_pending(t, "Stream.query()")
+        me.poll_pending(t, "Stream.query()")
         return False
 
     def synchronize(self):
-        rs = _rank()
-        rs.wait_op(self.record_marker(rs.host), "Stream.synchronize()")
+        me = _rank()
+        me.wait_op(self.record_marker(me.host), "Stream.synchronize()")
 
     def __eq__(self, other):
         return isinstance(other, engine_streams.Stream) and other.id == self.id
@@ -126,20 +126,20 @@ class Stream(engine_streams.Stream):
         return hash(("simdist-stream", self.id))
 
     def __enter__(self):
-        rs = _rank()
-        prev = rs.current_streams.get(self.dev.index)
-        rs.stream_contexts.append((self.dev.index, prev, rs.current_device))
-        rs.current_streams[self.dev.index] = self
-        _set_current(rs, self.dev.index)
+        me = _rank()
+        prev = me.current_streams.get(self.dev.index)
+        me.stream_contexts.append((self.dev.index, prev, me.current_device))
+        me.current_streams[self.dev.index] = self
+        _set_current(me, self.dev.index)
 
     def __exit__(self, *exc):
-        rs = _rank()
-        idx, prev, dev = rs.stream_contexts.pop()
+        me = _rank()
+        idx, prev, dev = me.stream_contexts.pop()
         if prev is None:
-            rs.current_streams.pop(idx, None)
+            me.current_streams.pop(idx, None)
         else:
-            rs.current_streams[idx] = prev
-        _set_current(rs, dev)
+            me.current_streams[idx] = prev
+        _set_current(me, dev)
         return False
 
 
@@ -153,34 +153,34 @@ class Event:
         self.stream = None
 
     def record(self, stream=None):
-        rs = _rank()
+        me = _rank()
         if stream is None:
-            stream = rs.current_stream()
+            stream = me.current_stream()
         self.stream = stream
-        self.marker = stream.record_marker(rs.host)
+        self.marker = stream.record_marker(me.host)
 
     def wait(self, stream=None):
-        rs = _rank()
+        me = _rank()
         if stream is None:
-            stream = rs.current_stream()
+            stream = me.current_stream()
         if self.marker is not None:
-            stream.wait_marker(rs.host, self.marker)
+            stream.wait_marker(me.host, self.marker)
 
     def query(self):
-        rs = _rank()
+        me = _rank()
         m = self.marker
         if m is None:
             return True
-        if m.end is not None and m.end <= rs.host.clock:
-            rs.host.join_op(m)
+        if m.end is not None and m.end <= me.host.clock:
+            me.host.join_op(m)
             return True
-        rs.poll_pending(m, "Event.query()")
+        me.poll_pending(m, "Event.query()")
         return False
 
     def synchronize(self):
-        rs = _rank()
+        me = _rank()
         if self.marker is not None:
-            rs.wait_op(self.marker, "Event.synchronize()")
+            me.wait_op(self.marker, "Event.synchronize()")
 
     def elapsed_time(self, end_event):
         a, b = self.marker, end_event.marker
@@ -188,8 +188,8 @@ class Event:
             raise RuntimeError("CUDA error: device not ready (both events must be recorded)")
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
-        rs = _rank()
-        if a.end is None or b.end is None or max(a.end, b.end) > rs.host.clock:
+        me = _rank()
+        if a.end is None or b.end is None or max(a.end, b.end) > me.host.clock:
             raise RuntimeError("CUDA error: device not ready")
         return (b.end - a.end) / 1e6
 
@@ -215,27 +215,27 @@ def current_device():
 
 
 def set_device(device):
-    rs = _rank()
-    idx = device_index(device, rs)
+    me = _rank()
+    idx = device_index(device, me)
     if idx >= 0:
-        rs.device(idx)
-        _set_current(rs, idx)
+        me.device(idx)
+        _set_current(me, idx)
 
 
 class device:
     """torch.cuda.device(idx): a context manager that switches the current device."""
 
     def __init__(self, device):
-        rs = _rank()
-        self.idx = device_index(device, rs) if device is not None else -1
+        me = _rank()
+        self.idx = device_index(device, me) if device is not None else -1
         self.prev = None
 
     def __enter__(self):
-        rs = _rank()
-        self.prev = rs.current_device
+        me = _rank()
+        self.prev = me.current_device
         if self.idx >= 0:
-            rs.device(self.idx)
-            _set_current(rs, self.idx)
+            me.device(self.idx)
+            _set_current(me, self.idx)
 
     def __exit__(self, *exc):
         _set_current(_rank(), self.prev)
@@ -248,20 +248,20 @@ class device_of(device):
 
 
 def current_stream(device=None):
-    rs = _rank()
-    return rs.current_stream(device_index(device, rs))
+    me = _rank()
+    return me.current_stream(device_index(device, me))
 
 
 def default_stream(device=None):
-    rs = _rank()
-    return rs.device(device_index(device, rs)).default_stream
+    me = _rank()
+    return me.device(device_index(device, me)).default_stream
 
 
 def set_stream(stream):
     if stream is None:
         return
-    rs = _rank()
-    rs.current_streams[stream.dev.index] = stream
+    me = _rank()
+    me.current_streams[stream.dev.index] = stream
 
 
 class StreamContext:
@@ -288,24 +288,24 @@ def stream(stream):
 
 
 def synchronize(device=None):
-    rs = _rank()
-    rs.synchronize_device(device_index(device, rs))
+    me = _rank()
+    me.synchronize_device(device_index(device, me))
 
 
 def _sleep(cycles):
-    rs = _rank()
-    launch(rs, rs.current_stream(), "_sleep", "sleep", None, (), (), 0, dur=cost.sleep_ns(int(cycles)))
+    me = _rank()
+    launch(me, me.current_stream(), "_sleep", "sleep", None, (), (), 0, dur=cost.sleep_ns(int(cycles)))
 
 
 def empty_cache():
-    rs = _rank()
-    for d in rs.devices.values():
+    me = _rank()
+    for d in me.devices.values():
         d.memory.empty_cache()
 
 
 def _mem(device):
-    rs = _rank()
-    return rs.device(device_index(device, rs)).memory
+    me = _rank()
+    return me.device(device_index(device, me)).memory
 
 
 def memory_allocated(device=None):
@@ -356,15 +356,15 @@ def is_bf16_supported(including_emulation=True):
 
 
 def manual_seed(seed):
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         return
-    rs.device().generator.manual_seed(int(seed))
+    me.device().generator.manual_seed(int(seed))
 
 
 def _gen(device=None):
-    rs = _rank()
-    return rs.device(device_index(device if device != "cuda" else None, rs)).generator
+    me = _rank()
+    return me.device(device_index(device if device != "cuda" else None, me)).generator
 
 
 def get_rng_state(device="cuda"):
@@ -376,8 +376,8 @@ def set_rng_state(new_state, device="cuda"):
 
 
 def get_rng_state_all():
-    rs = _rank()
-    return [rs.device(i).generator.get_state() for i in range(rs.world.device_count)]
+    me = _rank()
+    return [me.device(i).generator.get_state() for i in range(me.world.device_count)]
 
 
 def set_rng_state_all(new_states):
@@ -404,8 +404,8 @@ class _DefaultGenerators:
     """torch.cuda.default_generators: the current rank's simulated device generators."""
 
     def __getitem__(self, i):
-        rs = _rank()
-        return rs.device(range(rs.world.device_count)[i]).generator
+        me = _rank()
+        return me.device(range(me.world.device_count)[i]).generator
 
     def __len__(self):
         return _rank().world.device_count
@@ -431,11 +431,11 @@ def memory_summary(device=None, abbreviated=False):
 
 
 def manual_seed_all(seed):
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         return
-    for i in range(rs.world.device_count):
-        rs.device(i).generator.manual_seed(int(seed))
+    for i in range(me.world.device_count):
+        me.device(i).generator.manual_seed(int(seed))
 
 
 def _noop(*a, **k):
@@ -500,6 +500,6 @@ def _submodule_aliases(items):
 
 def nccl_version():
     """The NCCL release that ships with the torch whose semantics the run models (torch 2.7: 2.26, 2.8+: 2.27)."""
-    rs = current_rank()
-    prof = rs.world.nccl_profile if rs is not None else "2.8"
+    me = current_rank()
+    prof = me.world.nccl_profile if me is not None else "2.8"
     return (2, 26, 2) if prof == "2.7" else (2, 27, 5)

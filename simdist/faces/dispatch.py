@@ -72,8 +72,8 @@ def _conv(a, sims, key, flags):
     return a
 
 
-def _unwrap(rs, args, kwargs, want_key):
-    u = _Unwrapped()
+def _unwrap(me, args, kwargs, want_key):
+    unwrapped = _Unwrapped()
     sims = []
     key = [] if want_key else None
     flags = [False]
@@ -92,16 +92,16 @@ def _unwrap(rs, args, kwargs, want_key):
             cargs.append(a)
         else:
             cargs.append(_conv(a, sims, key, flags))
-    u.args = tuple(cargs)
+    unwrapped.args = tuple(cargs)
     if kwargs:
-        u.kwargs = {k: _conv(v, sims, key, flags) for k, v in kwargs.items()}
+        unwrapped.kwargs = {k: _conv(v, sims, key, flags) for k, v in kwargs.items()}
         if key is not None:
             key.append(tuple(kwargs))
     else:
-        u.kwargs = {}
-    u.sims = sims
-    u.key = key
-    u.cpu_tensors = cpu = flags[0]
+        unwrapped.kwargs = {}
+    unwrapped.sims = sims
+    unwrapped.key = key
+    unwrapped.cpu_tensors = cpu = flags[0]
     dev = sims[0]._dev if sims else None
     for s in sims:
         if s._dev is not dev:
@@ -109,14 +109,14 @@ def _unwrap(rs, args, kwargs, want_key):
                 raise SimulationError(f"a tensor of rank {s._dev.rank} was used by rank {dev.rank}: "
                                       "ranks are separate processes and share no memory")
             raise _device_error(dev.torch_device, s._dev.torch_device)
-    if dev is not None and rs is not None and dev.rank != rs.rank:
-        raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {dev.rank}'s device: "
+    if dev is not None and me is not None and dev.rank != me.rank:
+        raise SimulationError(f"rank {me.rank} used a tensor that lives on rank {dev.rank}'s device: "
                               "ranks are separate processes and share no memory")
     if cpu and dev is not None:
         for a in list(args) + list(kwargs.values()):
             _check_cpu_arg(a, dev)
-    u.dev = dev
-    return u
+    unwrapped.dev = dev
+    return unwrapped
 
 
 def _check_cpu_arg(a, dev):
@@ -243,9 +243,9 @@ def _flops(info_name, sims, outs):
 class RankMode(TorchDispatchMode):
     """Active in each rank thread: routes ops on simulated tensors and cuda factories."""
 
-    def __init__(self, rs):
+    def __init__(self, me):
         super().__init__()
-        self.rs = rs
+        self.me = me
         self.cpu_rng_state = None  # the rank's CPU generator state while another rank thread runs
         self.c10d = None  # its torch.distributed state (simdist/faces/c10d.py RankC10d)
 
@@ -264,11 +264,11 @@ class RankMode(TorchDispatchMode):
                     return func(*args, **kwargs)  # fake tensors: the FakeTensorMode below handles them
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
-            hr = self.rs.host_memory
+            hr = self.me.host_memory
             if hr.tensors:
-                hr.check(self.rs, func, args, kwargs)
+                hr.check(self.me, func, args, kwargs)
             if hr.sources:
-                hr.check_writes(self.rs, func, args, kwargs)
+                hr.check_writes(self.me, func, args, kwargs)
             dev = kwargs.get("device")
             if kwargs.get("pin_memory") and (dev is None or torch.device(dev).type == "cpu"):
                 # a CPU build cannot page-lock: allocate plain memory and remember that it is "pinned"
@@ -283,15 +283,15 @@ class RankMode(TorchDispatchMode):
                 return func(*args, **kwargs)
             rule = rule_for(func)
             if rule is not None:
-                return rule(self.rs, func, args, kwargs)
-            return factory(self.rs, func, args, kwargs, dev)
+                return rule(self.me, func, args, kwargs)
+            return factory(self.me, func, args, kwargs, dev)
         if not kwargs:
             info = _FAST_OPS.get(id(func))
             if info is not None:
-                r = _fast_functional(self.rs, info, args)
+                r = _fast_functional(self.me, info, args)
                 if r is not _MISS:
                     return r
-        return dispatch(self.rs, func, args, kwargs)
+        return dispatch(self.me, func, args, kwargs)
 
 
 def dispatch_outside(func, types, args, kwargs):
@@ -299,17 +299,17 @@ def dispatch_outside(func, types, args, kwargs):
     for t in types:
         if t is not SimTensor and t is not HostProxy and t is not torch.Tensor and t is not torch.nn.Parameter:
             return NotImplemented  # a foreign subclass (DTensor, a quantized tensor) unwraps first
-    rs = current_rank()
-    if rs is not None:
-        return dispatch(rs, func, args, kwargs)
+    me = current_rank()
+    if me is not None:
+        return dispatch(me, func, args, kwargs)
     info = op_info(func)
     if info.kind == VIEW or func in (aten._to_copy.default, aten._local_scalar_dense.default, aten.clone.default):
-        u = _unwrap(None, args, kwargs, False)
+        unwrapped = _unwrap(None, args, kwargs, False)
         if func is aten._to_copy.default:
-            u.kwargs["device"] = torch.device("cpu")
-        res = func(*u.args, **u.kwargs)
+            unwrapped.kwargs["device"] = torch.device("cpu")
+        res = func(*unwrapped.args, **unwrapped.kwargs)
         if info.kind == VIEW:
-            src = u.sims[0]
+            src = unwrapped.sims[0]
             return SimTensor(res, src._dev, src._alloc)
         return res.clone() if isinstance(res, torch.Tensor) else res
     raise SimulationError(f"{func} on a simulated CUDA tensor outside simdist.run(): "
@@ -326,43 +326,43 @@ def _host_index(i) -> bool:
     return isinstance(i, torch.Tensor) and type(i) not in (SimTensor, HostProxy)
 
 
-def dispatch(rs, func, args, kwargs):
+def dispatch(me, func, args, kwargs):
     if func in _HOST_INDICES_OK and len(args) > 1 and any(_host_index(i) for i in args[1]):
         to_copy = op_info(aten._to_copy.default).rule
         dev = args[0].device
-        args = (args[0], [to_copy(rs, aten._to_copy.default, (i,), {"device": dev}) if _host_index(i) else i
+        args = (args[0], [to_copy(me, aten._to_copy.default, (i,), {"device": dev}) if _host_index(i) else i
                           for i in args[1]]) + tuple(args[2:])
     info = _INFO.get(func)
     if info is None:
         info = op_info(func)
     if info.rule is not None:
-        return info.rule(rs, func, args, kwargs)
+        return info.rule(me, func, args, kwargs)
     if info.python_kernel is not None:  # an op written in Python: its own ops are simulated one by one
         return func.redispatch(info.python_kernel, *args, **kwargs)
     kind = info.kind
     if kind is VIEW:
-        return _view(rs, func, info, args, kwargs)
+        return _view(me, func, info, args, kwargs)
     if kind is INPLACE:
-        return _inplace(rs, func, info, args, kwargs)
+        return _inplace(me, func, info, args, kwargs)
     if kind is FUNCTIONAL:
-        return _functional(rs, func, info, args, kwargs)
-    return _host_read(rs, func, info, args, kwargs)
+        return _functional(me, func, info, args, kwargs)
+    return _host_read(me, func, info, args, kwargs)
 
 
-def _view(rs, func, info, args, kwargs):
-    u = _unwrap(rs, args, kwargs, False)
-    res = func(*u.args, **u.kwargs)
-    src = u.sims[0]
+def _view(me, func, info, args, kwargs):
+    unwrapped = _unwrap(me, args, kwargs, False)
+    res = func(*unwrapped.args, **unwrapped.kwargs)
+    src = unwrapped.sims[0]
     dev, alloc = src._dev, src._alloc
     if isinstance(res, torch.Tensor):
         return SimTensor(res, dev, alloc)
     return type(res)(SimTensor(r, dev, alloc) for r in res)
 
 
-def _with_generator(info, u, dev):
+def _with_generator(info, unwrapped, dev):
     """Random ops take their (seed, offset) at launch, as CUDA's Philox does (simdist.rng)."""
     if info.has_generator:
-        u.kwargs["generator"] = rng.generator_for(rng.launch_seed(u.kwargs.get("generator") or dev.generator))
+        unwrapped.kwargs["generator"] = rng.generator_for(rng.launch_seed(unwrapped.kwargs.get("generator") or dev.generator))
 
 
 def _random_seed(info, dev):
@@ -383,10 +383,10 @@ def _run_random(seed, call):
     return call()
 
 
-def _inplace(rs, func, info, args, kwargs):
-    u = _unwrap(rs, args, kwargs, False)
-    _usable(u.sims)
-    dev = u.dev
+def _inplace(me, func, info, args, kwargs):
+    unwrapped = _unwrap(me, args, kwargs, False)
+    _usable(unwrapped.sims)
+    dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
     writes = []
@@ -401,19 +401,19 @@ def _inplace(rs, func, info, args, kwargs):
     for w in writes:
         if type(w) is not SimTensor:
             raise _device_error(dev.torch_device, w.device)
-    _with_generator(info, u, dev)
+    _with_generator(info, unwrapped, dev)
     seed = _random_seed(info, dev)
-    fa, fk = u.args, u.kwargs
-    stream = rs.current_stream(dev.index)
+    call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
+    stream = me.current_stream(dev.index)
 
     def fn():
-        _run_random(seed, lambda: func(*fa, **fk))
+        _run_random(seed, lambda: func(*call_args, **call_kwargs))
 
-    nbytes = _nbytes(u.sims)
-    reads = u.sims
+    nbytes = _nbytes(unwrapped.sims)
+    reads = unwrapped.sims
     if info.name.split(".")[0] in _WRITE_ONLY:  # fill_, zero_, random fills: they never read what they overwrite
-        reads = [x for x in u.sims if not _among(x, writes)]
-    launch(rs, stream, info.name, "kernel", fn, reads, writes, nbytes, skip=5)
+        reads = [x for x in unwrapped.sims if not _among(x, writes)]
+    launch(me, stream, info.name, "kernel", fn, reads, writes, nbytes, skip=5)
     # return what the schema says is returned: the mutated arguments themselves
     outs = []
     for pos in info.ret_alias:
@@ -436,44 +436,44 @@ def _sim_of(a):
     return a._sim if type(a) is HostProxy else a
 
 
-def _functional(rs, func, info, args, kwargs):
-    u = _unwrap(rs, args, kwargs, True)
-    _usable(u.sims)
-    dev = u.dev
+def _functional(me, func, info, args, kwargs):
+    unwrapped = _unwrap(me, args, kwargs, True)
+    _usable(unwrapped.sims)
+    dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
     if kwargs and kwargs.get("device") is not None:  # new_zeros(..., device=cuda:0) as autograd's C++ calls it
         if torch.device(kwargs["device"]).type == "cuda":
-            u.kwargs["device"] = torch.device("cpu")
+            unwrapped.kwargs["device"] = torch.device("cpu")
     try:
-        specs, is_seq = _out_specs(func, args, kwargs, u.key)
+        specs, is_seq = _out_specs(func, args, kwargs, unwrapped.key)
     except NotImplementedError:  # data-dependent output size or no meta kernel: compute it synchronously
-        return _sync_compute(rs, func, info, u)
+        return _sync_compute(me, func, info, unwrapped)
     except Exception:  # noqa: BLE001
         # a shape/dtype error in the program raises here, at the call, as torch would; if the real op
         # accepts the arguments the meta kernel was the problem, and the op runs synchronously
-        func(*u.args, **u.kwargs)
-        return _sync_compute(rs, func, info, u)
-    stream = rs.current_stream(dev.index)
+        func(*unwrapped.args, **unwrapped.kwargs)
+        return _sync_compute(me, func, info, unwrapped)
+    stream = me.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
     if (not kwargs and not is_seq and info.out_variant is not None and not info.random and specs[0] is not None
-            and not u.cpu_tensors and u.key is not None):
-        _FAST_SPECS[(id(func), *u.key)] = specs[0]  # later calls with this signature take _fast_functional
+            and not unwrapped.cpu_tensors and unwrapped.key is not None):
+        _FAST_SPECS[(id(func), *unwrapped.key)] = specs[0]  # later calls with this signature take _fast_functional
     if info.has_generator:
-        _with_generator(info, u, dev)
+        _with_generator(info, unwrapped, dev)
     seed = _random_seed(info, dev) if info.random else None
-    fa, fk = u.args, u.kwargs
+    call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
     ov = info.out_variant
     if ov is not None and not is_seq and outs[0] is not None and not info.random:
         oi = outs[0]._inner
 
         def fn():
-            ov(*fa, **fk, out=oi)
+            ov(*call_args, **call_kwargs, out=oi)
     else:
         inners = [o._inner if o is not None else None for o in outs]
 
         def fn():
-            res = _run_random(seed, lambda: func(*fa, **fk))
+            res = _run_random(seed, lambda: func(*call_args, **call_kwargs))
             if not is_seq:
                 res = (res,)
             for o, r in zip(inners, res):
@@ -481,12 +481,12 @@ def _functional(rs, func, info, args, kwargs):
                     o.copy_(r)
 
     real_outs = [o for o in outs if o is not None]
-    nbytes = _nbytes(u.sims)
+    nbytes = _nbytes(unwrapped.sims)
     for o in real_outs:
         nbytes += o._alloc.nbytes
-    reads = u.sims if info.reads_data else ()
-    launch(rs, stream, info.name, "kernel", fn, reads, real_outs, nbytes,
-           _flops(info.name, u.sims, real_outs) if info.name in _MM else 0, skip=5)
+    reads = unwrapped.sims if info.reads_data else ()
+    launch(me, stream, info.name, "kernel", fn, reads, real_outs, nbytes,
+           _flops(info.name, unwrapped.sims, real_outs) if info.name in _MM else 0, skip=5)
     if is_seq:
         return tuple(outs) if isinstance(specs, list) else outs
     return outs[0]
@@ -496,7 +496,7 @@ _FAST_SPECS: dict = {}
 _MISS = object()
 
 
-def _fast_functional(rs, info, args):
+def _fast_functional(me, info, args):
     """_functional for its commonest case, fused: positional SimTensor / float / int arguments, an output-shape
     cache hit, an `.out` overload, no randomness. Anything else returns _MISS and takes the general path."""
     key = [id(info.func)]
@@ -525,35 +525,35 @@ def _fast_functional(rs, info, args):
             cargs.append(a)
         else:
             return _MISS
-    if dev is None or dev.rank != rs.rank:
+    if dev is None or dev.rank != me.rank:
         return _MISS
     spec = _FAST_SPECS.get(tuple(key))
     if spec is None:
         return _MISS
-    stream = rs.current_streams.get(dev.index)
+    stream = me.current_streams.get(dev.index)
     if stream is None:
         stream = dev.default_stream
     out = allocate(dev, stream, *spec)
     nbytes += out._alloc.nbytes
-    launch(rs, stream, info.name, "kernel", partial(info.out_op, *cargs, out=out._inner), sims, (out,),
+    launch(me, stream, info.name, "kernel", partial(info.out_op, *cargs, out=out._inner), sims, (out,),
            nbytes, _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
     return out
 
 
-def _sync_compute(rs, func, info, u):
+def _sync_compute(me, func, info, unwrapped):
     """Ops whose output size depends on the data (nonzero, masked_select, unique...).
 
     On a GPU these synchronize the host with the current stream, so here the
     host waits for the op, then places the result in fresh device memory.
     """
-    dev = u.dev
-    stream = rs.current_stream(dev.index)
+    dev = unwrapped.dev
+    stream = me.current_stream(dev.index)
     holder = []
-    fa, fk = u.args, u.kwargs
-    _with_generator(info, u, dev)
-    op = launch(rs, stream, info.name, "kernel", lambda: holder.append(func(*fa, **fk)), u.sims, [],
-                _nbytes(u.sims))
-    rs.wait_op(op, f"{info.name} (data-dependent output size)")
+    call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
+    _with_generator(info, unwrapped, dev)
+    op = launch(me, stream, info.name, "kernel", lambda: holder.append(func(*call_args, **call_kwargs)), unwrapped.sims, [],
+                _nbytes(unwrapped.sims))
+    me.wait_op(op, f"{info.name} (data-dependent output size)")
     res = holder[0]
     seq = isinstance(res, (tuple, list))
     outs = []
@@ -565,7 +565,7 @@ def _sync_compute(rs, func, info, u):
         # the storage it sized for every input element (CPU and CUDA alike: ATen allocates, then resize_s down)
         o = _like_storage(dev, stream, r)
         o._inner.copy_(r)
-        rs.detector.access(op, o._inner, o._alloc, True)
+        me.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
     return tuple(outs) if seq else outs[0]
 
@@ -577,19 +577,19 @@ def _like_storage(dev, stream, r):
     return SimTensor(view_bytes(alloc, tuple(r.shape), tuple(r.stride()), r.dtype, r.storage_offset()), dev, alloc)
 
 
-def _host_read(rs, func, info, args, kwargs):
+def _host_read(me, func, info, args, kwargs):
     """Ops that return Python values (equal, is_nonzero...): the host waits for the result."""
-    u = _unwrap(rs, args, kwargs, False)
-    dev = u.dev
+    unwrapped = _unwrap(me, args, kwargs, False)
+    dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
     holder = []
-    _usable(u.sims)
-    fa, fk = u.args, u.kwargs
-    stream = rs.current_stream(dev.index)
-    op = launch(rs, stream, info.name, "d2h", lambda: holder.append(func(*fa, **fk)), u.sims, [],
-                _nbytes(u.sims))
-    rs.wait_op(op, info.name)
+    _usable(unwrapped.sims)
+    call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
+    stream = me.current_stream(dev.index)
+    op = launch(me, stream, info.name, "d2h", lambda: holder.append(func(*call_args, **call_kwargs)), unwrapped.sims, [],
+                _nbytes(unwrapped.sims))
+    me.wait_op(op, info.name)
     return holder[0]
 
 
@@ -604,13 +604,13 @@ def _poisoned_host(shape, dtype):
     return t
 
 
-def _factory_device(rs, dev):
-    idx = dev.index if dev.index is not None else rs.current_device
-    return rs.device(idx)
+def _factory_device(me, dev):
+    idx = dev.index if dev.index is not None else me.current_device
+    return me.device(idx)
 
 
-def factory(rs, func, args, kwargs, tdev):
-    dev = _factory_device(rs, tdev)
+def factory(me, func, args, kwargs, tdev):
+    dev = _factory_device(me, tdev)
     mkw = dict(kwargs)
     mkw["device"] = "meta"
     mkw.pop("pin_memory", None)
@@ -620,7 +620,7 @@ def factory(rs, func, args, kwargs, tdev):
         res = func(*args, **mkw)
     except Exception as e:  # noqa: BLE001
         raise UnsupportedOperation(f"simdist cannot create {func} on a simulated device: {e}") from e
-    stream = rs.current_stream(dev.index)
+    stream = me.current_stream(dev.index)
     out = allocate(dev, stream, tuple(res.shape), tuple(res.stride()), res.dtype)
     if func in _EMPTY:
         return out
@@ -636,7 +636,7 @@ def factory(rs, func, args, kwargs, tdev):
     def fn():
         oi.copy_(_run_random(seed, lambda: func(*args, **ckw)))
 
-    launch(rs, stream, info.name, "kernel", fn, (), (out,), _nbytes((out,)))
+    launch(me, stream, info.name, "kernel", fn, (), (out,), _nbytes((out,)))
     return out
 
 

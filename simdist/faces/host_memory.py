@@ -50,7 +50,7 @@ class HostMemory:
         if t.numel():
             self.sources[t.untyped_storage().data_ptr()] = (op, t)
 
-    def check_writes(self, rs, func, args, kwargs):
+    def check_writes(self, me, func, args, kwargs):
         info = op_info(func)
         for pos, name in zip(info.mutable_pos, info.mutable_names):
             a = args[pos] if pos < len(args) else kwargs.get(name)
@@ -60,16 +60,16 @@ class HostMemory:
             if e is None:
                 continue
             op, t = e
-            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+            if me.host.vc.get(op.stream.id, 0) >= op.seq:
                 del self.sources[a.untyped_storage().data_ptr()]  # the host waited for the copy
                 continue
-            self._report_write(rs, op, a, func)
+            self._report_write(me, op, a, func)
 
-    def _report_write(self, rs, op, t, func):
+    def _report_write(self, me, op, t, func):
         # the copy has not read the pinned buffer yet when not done: it will see the host's new bytes
-        self._report(rs, op, t, func, "write-after-read", host_writes=True)
+        self._report(me, op, t, func, "write-after-read", host_writes=True)
 
-    def check(self, rs, func, args, kwargs):
+    def check(self, me, func, args, kwargs):
         hits = []
         for a in _flat_tensors(args, kwargs):
             e = self.tensors.get(a.data_ptr())
@@ -77,16 +77,16 @@ class HostMemory:
                 hits.append(e)
         for op, t in hits:
             self.tensors.pop(t.data_ptr(), None)
-            if rs.host.vc.get(op.stream.id, 0) >= op.seq:
+            if me.host.vc.get(op.stream.id, 0) >= op.seq:
                 continue  # the host waited for the copy
-            self._report(rs, op, t, func)
+            self._report(me, op, t, func)
 
-    def _report(self, rs, op, t, func, kind="host-read", host_writes=False):
+    def _report(self, me, op, t, func, kind="host-read", host_writes=False):
         """A hazard between device op `op` and a host access to CPU tensor `t` (observed if op had not run)."""
         dtype = str(t.dtype).replace("torch.", "")
-        first = Access(rank=rs.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
+        first = Access(rank=me.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
                        shape=tuple(t.shape), dtype=dtype, frames=op.frames, seq=op.seq)
-        second = Access(rank=rs.rank, stream=f"rank{rs.rank}/host", op=str(func).replace("aten.", ""),
+        second = Access(rank=me.rank, stream=f"rank{me.rank}/host", op=str(func).replace("aten.", ""),
                         is_write=host_writes, shape=tuple(t.shape), dtype=dtype, frames=capture_frames(), seq=0)
         key = (kind, first.site, second.site)
         h = self.detector.hazards.get(key)

@@ -68,11 +68,11 @@ _orig_is_pinned = torch.Tensor.is_pinned
 
 
 def _pin_memory(self, device=None):
-    rs = current_rank()
-    if rs is not None:
+    me = current_rank()
+    if me is not None:
         # a CPU build cannot page-lock: a copy in plain memory that the run remembers as pinned (async H2D
         # copies from it then read it when they run, as the DMA does)
-        hr = rs.host_memory
+        hr = me.host_memory
         if hr.is_pinned(self):
             return self
         return hr.pin(self.clone())
@@ -84,18 +84,18 @@ _orig_tolist = torch.Tensor.tolist
 
 def _tolist(self):
     # Tensor.tolist reads the bytes in C without an aten op: check pending async device-to-host copies here
-    rs = current_rank()
-    if rs is not None and self.device.type == "cpu":
-        hr = rs.host_memory
+    me = current_rank()
+    if me is not None and self.device.type == "cpu":
+        hr = me.host_memory
         if hr.tensors:
-            hr.check(rs, "tolist", (self,), {})
+            hr.check(me, "tolist", (self,), {})
     return _orig_tolist(self)
 
 
 def _is_pinned(self, device=None):
-    rs = current_rank()
-    if rs is not None:
-        return rs.host_memory.is_pinned(self)
+    me = current_rank()
+    if me is not None:
+        return me.host_memory.is_pinned(self)
     return _orig_is_pinned(self) if device is None else _orig_is_pinned(self, device)
 
 
@@ -154,8 +154,8 @@ class RankEnviron(MutableMapping):
         self.real = real
 
     def _over(self):
-        rs = current_rank()
-        return rs.env if rs is not None else None
+        me = current_rank()
+        return me.env if me is not None else None
 
     def __getitem__(self, k):
         o = self._over()
@@ -323,10 +323,10 @@ def _engine_run_backward(*args, **kwargs):
     anyway, so ops, hooks and collectives in hooks see their rank as usual (and the run stays
     deterministic). See docs/autograd.md for what this models.
     """
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         return _orig_engine_run_backward(*args, **kwargs)
-    _order_backward_after_roots(rs, args[0] if args else kwargs.get("t_outputs", ()))
+    _order_backward_after_roots(me, args[0] if args else kwargs.get("t_outputs", ()))
     prev = torch._C._is_multithreading_enabled()
     torch._C._set_multithreading_enabled(False)
     try:
@@ -335,7 +335,7 @@ def _engine_run_backward(*args, **kwargs):
         torch._C._set_multithreading_enabled(prev)
 
 
-def _order_backward_after_roots(rs, roots):
+def _order_backward_after_roots(me, roots):
     """PyTorch runs each backward op on its forward op's stream, so the backward of `loss` is ordered after the
     forward work that produced it whichever stream backward() is called on. simdist runs backward on the stream
     current at the call: that stream first waits for the ops that last wrote each root (only those: initial
@@ -345,14 +345,14 @@ def _order_backward_after_roots(rs, roots):
     for t in roots:
         if type(t) is not SimTensor or t._alloc is None:
             continue
-        cur = rs.current_stream(t._dev.index)
+        cur = me.current_stream(t._dev.index)
         latest = {}
         for r in t._alloc.records:
             s = r.op.stream
             if r.write and s is not cur and (s not in latest or r.op.seq > latest[s].seq):
                 latest[s] = r.op
         for op in latest.values():
-            cur.wait_marker(rs.host, op.full())
+            cur.wait_marker(me.host, op.full())
 
 
 _orig_load = torch.load
@@ -529,7 +529,7 @@ class TorchRankHooks:
     def __init__(self):
         self.argv = list(sys.argv)
 
-    def enter(self, rs):
+    def enter(self, me):
         sys.argv = list(self.argv)
         _cpu_gen.manual_seed(DEFAULT_RNG_SEED)  # a fresh process's CPU generator
         # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
@@ -542,27 +542,27 @@ class TorchRankHooks:
         # OpenMP's default, the machine's core count: oneDNN's kernels (convolution backward) then split their
         # reductions over every core, and their values depended on the machine the run was on.
         torch.set_num_threads(1)
-        guard.set_device(rs.current_device)
+        guard.set_device(me.current_device)
         # FakeTensorMode's dispatch cache is one per process and keys a factory by its arguments as written
         # (device="cuda"), so rank threads would share rank 1's cuda:1 output (DTensor's sharding propagation
         # makes fakes exactly so); torchrun processes each have their own cache
         self_cache = _set_fake_tensor_cache(False)
-        rs.face = RankMode(rs)
-        rs.face.fake_cache = self_cache
-        rs.face.c10d = RankC10d()
-        rs.face.__enter__()
+        me.face = RankMode(me)
+        me.face.fake_cache = self_cache
+        me.face.c10d = RankC10d()
+        me.face.__enter__()
 
-    def leave(self, rs):
-        if rs.face is not None:
-            if rs.face.fake_cache is not None:
-                _set_fake_tensor_cache(rs.face.fake_cache)
-            rs.face.__exit__(None, None, None)
-            rs.face = None
+    def leave(self, me):
+        if me.face is not None:
+            if me.face.fake_cache is not None:
+                _set_fake_tensor_cache(me.face.fake_cache)
+            me.face.__exit__(None, None, None)
+            me.face = None
 
-    def suspend(self, rs):
-        rs.face.cpu_rng_state = _cpu_gen.get_state()
-        rs.face.argv = sys.argv
+    def suspend(self, me):
+        me.face.cpu_rng_state = _cpu_gen.get_state()
+        me.face.argv = sys.argv
 
-    def resume(self, rs):
-        _cpu_gen.set_state(rs.face.cpu_rng_state)
-        sys.argv = rs.face.argv
+    def resume(self, me):
+        _cpu_gen.set_state(me.face.cpu_rng_state)
+        sys.argv = me.face.argv

@@ -21,8 +21,8 @@ class SimGenerator(_Generator):
     def __new__(cls, device="cpu"):
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if dev.type == "cuda" and dev.index is None:
-            rs = current_rank()
-            dev = torch.device("cuda", rs.current_device if rs is not None else 0)
+            me = current_rank()
+            dev = torch.device("cuda", me.current_device if me is not None else 0)
         g = super().__new__(cls, device="cpu")
         g._sim_device = dev
         g._sim_seed = g.initial_seed()

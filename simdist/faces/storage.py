@@ -18,21 +18,21 @@ from .tensor import set_storage_class, view_bytes
 
 
 def resize_storage(t, nbytes):
-    rs = current_rank()
-    if rs is None:
+    me = current_rank()
+    if me is None:
         raise SimulationError("a simulated tensor's storage was resized outside a simulated rank")
     alloc = t._alloc
     if nbytes == alloc.nbytes and alloc.block is not None:
         return
     dev = t._dev
-    stream = rs.current_stream(dev.index)
+    stream = me.current_stream(dev.index)
     mem = alloc.allocator
     old = mem.reallocate(alloc, nbytes, stream)
     keep = min(old.nbytes, nbytes) if old.block is not None and alloc.block is not None else 0
     if keep:
         src, dst = ByteRange(old, 0, keep, dev), ByteRange(alloc, 0, keep, dev)
         s, d = src._inner, dst._inner
-        launch(rs, stream, "resize_copy", "kernel", lambda: d.copy_(s), [src], [dst], 2 * keep)
+        launch(me, stream, "resize_copy", "kernel", lambda: d.copy_(s), [src], [dst], 2 * keep)
     rebind_views(alloc)
     del old  # the old block is freed now (after the copy that reads it was queued)
 

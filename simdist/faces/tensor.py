@@ -309,8 +309,8 @@ def tensor_to(t, *args, **kwargs):
     cur_dev = t.device
     tgt_dev = device if device is not None else cur_dev
     if tgt_dev.type == "cuda" and tgt_dev.index is None:
-        rs = current_rank()
-        tgt_dev = torch.device("cuda", rs.current_device if rs is not None else 0)
+        me = current_rank()
+        tgt_dev = torch.device("cuda", me.current_device if me is not None else 0)
     tgt_dtype = dtype if dtype is not None else t.dtype
     same = tgt_dev == cur_dev and tgt_dtype == t.dtype
     if same and not copy:

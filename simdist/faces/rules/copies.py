@@ -26,7 +26,7 @@ aten = torch.ops.aten
 
 
 @register(aten._to_copy.default)
-def _to_copy(rs, func, args, kwargs):
+def _to_copy(me, func, args, kwargs):
     src = args[0]
     tdev = kwargs.get("device")
     tdev = torch.device(tdev) if tdev is not None else None
@@ -34,18 +34,18 @@ def _to_copy(rs, func, args, kwargs):
     src_sim = type(src) in (SimTensor, HostProxy)
     if src_sim:
         src = _sim_of(src)
-        if src._dev.rank != rs.rank:
-            raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {src._dev.rank}")
+        if src._dev.rank != me.rank:
+            raise SimulationError(f"rank {me.rank} used a tensor that lives on rank {src._dev.rank}")
     if src_sim and (tdev is None or tdev.type == "cuda"):
         dst_dev = src._dev if tdev is None or tdev.index is None or tdev.index == src._dev.index \
-            else rs.device(tdev.index)
+            else me.device(tdev.index)
         ck = {k: v for k, v in kwargs.items() if k not in ("device", "non_blocking", "pin_memory")}
         ck["dtype"] = dtype
         meta = aten._to_copy.default(_to_meta(src), **ck)
-        stream = rs.current_stream(dst_dev.index)
+        stream = me.current_stream(dst_dev.index)
         out = allocate(dst_dev, stream, tuple(meta.shape), tuple(meta.stride()), meta.dtype)
         si, oi = src._inner, out._inner
-        _device_copy(rs, src, out, lambda: oi.copy_(si), "_to_copy")
+        _device_copy(me, src, out, lambda: oi.copy_(si), "_to_copy")
         return out
     if src_sim and kwargs.get("non_blocking"):
         # PyTorch pins the output of a non-blocking device-to-host copy, so the copy is truly asynchronous:
@@ -57,120 +57,120 @@ def _to_copy(rs, func, args, kwargs):
         host = torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=dtype)
         if host.untyped_storage().nbytes():
             torch.empty(0, dtype=torch.uint8).set_(host.untyped_storage()).fill_(0xFF)  # poison, as fresh memory
-        return _d2h_async(rs, src, rs.host_memory.pin(host))
+        return _d2h_async(me, src, me.host_memory.pin(host))
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
-        op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h", "d2h",
+        op = launch(me, me.current_stream(src._dev.index), "copy_d2h", "d2h",
                     lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
-        rs.wait_op(op, "device-to-host copy")
+        me.wait_op(op, "device-to-host copy")
         res = holder[0]
         mf = kwargs.get("memory_format")
         if mf is not None and mf != torch.preserve_format:
             res = res.contiguous(memory_format=mf)
         return res
-    dev = _factory_device(rs, tdev)
-    stream = rs.current_stream(dev.index)
-    hr = rs.host_memory
+    dev = _factory_device(me, tdev)
+    stream = me.current_stream(dev.index)
+    hr = me.host_memory
     if kwargs.get("non_blocking") and hr.is_pinned(src):
         # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
-        return _h2d_async(rs, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
+        return _h2d_async(me, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
     # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
     oi = out._inner
-    op = launch(rs, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
+    op = launch(me, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
     if not kwargs.get("non_blocking"):
-        rs.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
+        me.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
     return out
 
 
-def _h2d_async(rs, stream, dst, src):
+def _h2d_async(me, stream, dst, src):
     """A non_blocking copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write
     to `src` before the host has waited for it is a race (HostReads.check_writes)."""
     di = dst._inner
-    op = launch(rs, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
-    rs.host_memory.pending_source(op, src)
+    op = launch(me, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
+    me.host_memory.pending_source(op, src)
     return dst
 
 
-def _d2h_async(rs, src, dst):
+def _d2h_async(me, src, dst):
     """A non_blocking copy into pinned host memory: the host has `dst` at once and must wait before reading it
     (HostReads.check)."""
     si = src._inner
     # the DMA writes through `.data` (same bytes, its own version counter): the copy_ the program called has
     # counted in dst's version already, and a kernel writing later must not count again (on a GPU nothing does)
     dd = dst.data
-    op = launch(rs, rs.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dd.copy_(si), (src,), (),
+    op = launch(me, me.current_stream(src._dev.index), "copy_d2h_async", "d2h", lambda: dd.copy_(si), (src,), (),
                 _nbytes((src,)))
-    rs.host_memory.pending(op, dst)
+    me.host_memory.pending(op, dst)
     return dst
 
 
-def _device_copy(rs, src, dst, fn, name):
+def _device_copy(me, src, dst, fn, name):
     """A device-to-device copy. Within one device: a kernel on its current stream. Across devices, as ATen's
     copy_device_to_device: the copy runs on the source device's current stream after it waits for the
     destination's current stream, and the destination's current stream then waits for the copy."""
     if src._dev is dst._dev:
-        return launch(rs, rs.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
+        return launch(me, me.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
                       _nbytes((src, dst)))
-    host = rs.host
-    s_stream, d_stream = rs.current_stream(src._dev.index), rs.current_stream(dst._dev.index)
+    host = me.host
+    s_stream, d_stream = me.current_stream(src._dev.index), me.current_stream(dst._dev.index)
     s_stream.wait_marker(host, d_stream.record_marker(host))
-    op = launch(rs, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
+    op = launch(me, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
     d_stream.wait_marker(host, s_stream.record_marker(host))
     return op
 
 
 @register(aten.copy_.default)
-def _copy_(rs, func, args, kwargs):
+def _copy_(me, func, args, kwargs):
     dst, src = args[0], args[1]
     dst_sim = type(dst) in (SimTensor, HostProxy)
     src_sim = type(src) in (SimTensor, HostProxy)
     if dst_sim and src_sim:
         d, s = _sim_of(dst), _sim_of(src)
         for t in (d, s):
-            if t._dev.rank != rs.rank:
-                raise SimulationError(f"rank {rs.rank} used a tensor that lives on rank {t._dev.rank}")
+            if t._dev.rank != me.rank:
+                raise SimulationError(f"rank {me.rank} used a tensor that lives on rank {t._dev.rank}")
         di, si = d._inner, s._inner
-        _device_copy(rs, s, d, lambda: di.copy_(si), "copy_")
+        _device_copy(me, s, d, lambda: di.copy_(si), "copy_")
         return dst
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)
         di = d._inner
-        hr = rs.host_memory
+        hr = me.host_memory
         if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
                 and hr.is_pinned(src):
-            _h2d_async(rs, rs.current_stream(d._dev.index), d, src)
+            _h2d_async(me, me.current_stream(d._dev.index), d, src)
             return dst
         snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
-        op = launch(rs, rs.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
+        op = launch(me, me.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
                     _nbytes((d,)))
         if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
-            rs.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
+            me.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
         return dst
     # device -> host
     s = _sim_of(src)
     # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
     # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
-    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and rs.host_memory.is_pinned(dst):
-        return _d2h_async(rs, s, dst)
+    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and me.host_memory.is_pinned(dst):
+        return _d2h_async(me, s, dst)
     holder = []
     si = s._inner
-    op = launch(rs, rs.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
+    op = launch(me, me.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
                 (), _nbytes((s,)))
-    rs.wait_op(op, "device-to-host copy")
+    me.wait_op(op, "device-to-host copy")
     dst.copy_(holder[0])
     return dst
 
 
 @register(aten._local_scalar_dense.default)
-def _item(rs, func, args, kwargs):
+def _item(me, func, args, kwargs):
     s = _sim_of(args[0])
     holder = []
     si = s._inner
-    op = launch(rs, rs.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
+    op = launch(me, me.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
                 _nbytes((s,)))
-    rs.wait_op(op, ".item()")
+    me.wait_op(op, ".item()")
     return holder[0]

@@ -14,26 +14,26 @@ aten = torch.ops.aten
 
 
 @register(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
-def _empty_like(rs, func, args, kwargs):
-    u = _unwrap(rs, args, kwargs, False)
-    dev = u.dev
+def _empty_like(me, func, args, kwargs):
+    unwrapped = _unwrap(me, args, kwargs, False)
+    dev = unwrapped.dev
     tdev = kwargs.get("device")
     if tdev is not None:
         tdev = torch.device(tdev)
         if tdev.type != "cuda":  # e.g. torch.empty_like(cuda_tensor, device="cpu"): plain host memory
             shape = args[0].shape if func is aten.empty_like.default else args[1]
             return torch.empty(shape, dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
-        dev = _factory_device(rs, tdev)
+        dev = _factory_device(me, tdev)
     margs = tuple(_to_meta(a) for a in args)
     mk = {k: _to_meta(v) for k, v in kwargs.items()}
     mk["device"] = "meta"
     mk.pop("pin_memory", None)
     res = func(*margs, **mk)
-    return allocate(dev, rs.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
+    return allocate(dev, me.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
 
 
 @register(aten.lift_fresh.default, aten.lift_fresh_copy.default)
-def _lift(rs, func, args, kwargs):
+def _lift(me, func, args, kwargs):
     return args[0]
 
 
@@ -46,12 +46,12 @@ _LIKE = [aten.zeros_like.default, aten.ones_like.default, aten.full_like.default
 
 
 @register(*[op for op in _LIKE if op is not None])
-def _like_on_host(rs, func, args, kwargs):
+def _like_on_host(me, func, args, kwargs):
     tdev = kwargs.get("device")
     if tdev is None or torch.device(tdev).type == "cuda":
         from ..dispatch import _functional
         from ..op_info import op_info
-        return _functional(rs, func, op_info(func), args, kwargs)
+        return _functional(me, func, op_info(func), args, kwargs)
     s = _sim_of(args[0])  # only its metadata is read: a host stand-in of its layout
     stand_in = torch.empty_strided(tuple(s.shape), tuple(s.stride()), dtype=s.dtype)
     return func(stand_in, *args[1:], **kwargs)

@@ -30,8 +30,8 @@ def _pg(group_name):
     return pg
 
 
-def _register_work(rs, t, work):
-    state(rs).works.setdefault(id(t._alloc), []).append(work)
+def _register_work(me, t, work):
+    state(me).works.setdefault(id(t._alloc), []).append(work)
 
 
 class _Op:
@@ -41,8 +41,8 @@ class _Op:
         self.name = str(name).upper()
 
 
-def _out(rs, shape, like):
-    return allocate_like_contiguous(like._dev, rs.current_stream(like._dev.index), tuple(shape), like.dtype)
+def _out(me, shape, like):
+    return allocate_like_contiguous(like._dev, me.current_stream(like._dev.index), tuple(shape), like.dtype)
 
 
 def _clone(t):
@@ -50,143 +50,143 @@ def _clone(t):
 
 
 @register(fc.all_reduce.default)
-def _all_reduce(rs, func, args, kwargs):
+def _all_reduce(me, func, args, kwargs):
     t, op, group = _args(args, kwargs, ("input", "reduce_op", "group_name"))
     out = _clone(_sim_of(t))
-    _register_work(rs, out, _pg(group)._allreduce([out], _Op(op), True))
+    _register_work(me, out, _pg(group)._allreduce([out], _Op(op), True))
     return out
 
 
 @register(fc.all_reduce_.default)
-def _all_reduce_(rs, func, args, kwargs):
+def _all_reduce_(me, func, args, kwargs):
     t, op, group = _args(args, kwargs, ("input", "reduce_op", "group_name"))
-    _register_work(rs, _sim_of(t), _pg(group)._allreduce([_sim_of(t)], _Op(op), True))
+    _register_work(me, _sim_of(t), _pg(group)._allreduce([_sim_of(t)], _Op(op), True))
     return t
 
 
 @register(fc.all_reduce_coalesced.default)
-def _all_reduce_coalesced(rs, func, args, kwargs):
+def _all_reduce_coalesced(me, func, args, kwargs):
     ts, op, group = _args(args, kwargs, ("inputs", "reduce_op", "group_name"))
     outs = [_clone(_sim_of(t)) for t in ts]
     work = _pg(group)._allreduce(outs, _Op(op), True)
     for o in outs:
-        _register_work(rs, o, work)
+        _register_work(me, o, work)
     return outs
 
 
 @register(fc.all_reduce_coalesced_.default)
-def _all_reduce_coalesced_(rs, func, args, kwargs):
+def _all_reduce_coalesced_(me, func, args, kwargs):
     ts, op, group = _args(args, kwargs, ("inputs", "reduce_op", "group_name"))
     sims = [_sim_of(t) for t in ts]
     work = _pg(group)._allreduce(sims, _Op(op), True)
     for o in sims:
-        _register_work(rs, o, work)
+        _register_work(me, o, work)
     return ts
 
 
-def _gathered(rs, t, group_size):
+def _gathered(me, t, group_size):
     t = _sim_of(t)
     shape = list(t.shape) or [1]
     shape[0] *= int(group_size)
-    return _out(rs, shape, t)
+    return _out(me, shape, t)
 
 
 @register(fc.all_gather_into_tensor.default, fca.all_gather_into_tensor.default)
-def _all_gather(rs, func, args, kwargs):
+def _all_gather(me, func, args, kwargs):
     t, n, group = _args(args, kwargs, ("input", "group_size", "group_name"))
     src = _contiguous(_sim_of(t))
-    out = _gathered(rs, src, n)
-    _register_work(rs, out, _pg(group)._allgather_into(out, src, True, "all_gather_into_tensor"))
+    out = _gathered(me, src, n)
+    _register_work(me, out, _pg(group)._allgather_into(out, src, True, "all_gather_into_tensor"))
     return out
 
 
 @register(fc.all_gather_into_tensor_out.default)
-def _all_gather_out(rs, func, args, kwargs):
+def _all_gather_out(me, func, args, kwargs):
     t, n, group = _args(args, kwargs, ("input", "group_size", "group_name"))
     out = kwargs["out"]
-    _register_work(rs, _sim_of(out), _pg(group)._allgather_into(_sim_of(out), _contiguous(_sim_of(t)), True))
+    _register_work(me, _sim_of(out), _pg(group)._allgather_into(_sim_of(out), _contiguous(_sim_of(t)), True))
     return out
 
 
 @register(fc.all_gather_into_tensor_coalesced.default)
-def _all_gather_coalesced(rs, func, args, kwargs):
+def _all_gather_coalesced(me, func, args, kwargs):
     ts, n, group = _args(args, kwargs, ("inputs", "group_size", "group_name"))
     pg = _pg(group)
     outs = []
     for t in ts:
         src = _contiguous(_sim_of(t))
-        out = _gathered(rs, src, n)
-        _register_work(rs, out, pg._allgather_into(out, src, True, "all_gather_into_tensor_coalesced"))
+        out = _gathered(me, src, n)
+        _register_work(me, out, pg._allgather_into(out, src, True, "all_gather_into_tensor_coalesced"))
         outs.append(out)
     return outs
 
 
-def _scattered(rs, t, group_size):
+def _scattered(me, t, group_size):
     shape = list(t.shape)
     n = int(group_size)
     if not shape or shape[0] % n:
         raise ValueError(f"reduce_scatter_tensor: dim 0 of the input ({shape}) must be divisible by the group size "
                          f"{n}")
     shape[0] //= n
-    return _out(rs, shape, t)
+    return _out(me, shape, t)
 
 
 @register(fc.reduce_scatter_tensor.default, fca.reduce_scatter_tensor.default)
-def _reduce_scatter(rs, func, args, kwargs):
+def _reduce_scatter(me, func, args, kwargs):
     t, op, n, group = _args(args, kwargs, ("input", "reduce_op", "group_size", "group_name"))
     src = _contiguous(_sim_of(t))
-    out = _scattered(rs, src, n)
-    _register_work(rs, out, _pg(group)._reduce_scatter_tensor(out, src, _Op(op), True))
+    out = _scattered(me, src, n)
+    _register_work(me, out, _pg(group)._reduce_scatter_tensor(out, src, _Op(op), True))
     return out
 
 
 @register(fc.reduce_scatter_tensor_out.default)
-def _reduce_scatter_out(rs, func, args, kwargs):
+def _reduce_scatter_out(me, func, args, kwargs):
     t, op, n, group = _args(args, kwargs, ("input", "reduce_op", "group_size", "group_name"))
     out = kwargs["out"]
-    _register_work(rs, _sim_of(out),
+    _register_work(me, _sim_of(out),
                    _pg(group)._reduce_scatter_tensor(_sim_of(out), _contiguous(_sim_of(t)), _Op(op), True))
     return out
 
 
 @register(fc.reduce_scatter_tensor_coalesced.default)
-def _reduce_scatter_coalesced(rs, func, args, kwargs):
+def _reduce_scatter_coalesced(me, func, args, kwargs):
     ts, op, n, group = _args(args, kwargs, ("inputs", "reduce_op", "group_size", "group_name"))
     pg = _pg(group)
     outs = []
     for t in ts:
         src = _contiguous(_sim_of(t))
-        out = _scattered(rs, src, n)
-        _register_work(rs, out, pg._reduce_scatter_tensor(out, src, _Op(op), True))
+        out = _scattered(me, src, n)
+        _register_work(me, out, pg._reduce_scatter_tensor(out, src, _Op(op), True))
         outs.append(out)
     return outs
 
 
 @register(fc.all_to_all_single.default, fca.all_to_all_single.default)
-def _all_to_all(rs, func, args, kwargs):
+def _all_to_all(me, func, args, kwargs):
     t, out_splits, in_splits, group = _args(args, kwargs, ("input", "output_split_sizes", "input_split_sizes",
                                                          "group_name"))
     src = _contiguous(_sim_of(t))
     shape = list(src.shape)
     shape[0] = int(sum(int(s) for s in out_splits))
-    out = _out(rs, shape, src)
-    _register_work(rs, out, _pg(group)._alltoall_single(out, src, [int(s) for s in out_splits],
+    out = _out(me, shape, src)
+    _register_work(me, out, _pg(group)._alltoall_single(out, src, [int(s) for s in out_splits],
                                                         [int(s) for s in in_splits], True))
     return out
 
 
 @register(fc.broadcast.default)
-def _broadcast(rs, func, args, kwargs):
+def _broadcast(me, func, args, kwargs):
     t, src, group = _args(args, kwargs, ("input", "src", "group_name"))
     out = _clone(_sim_of(t))
-    _register_work(rs, out, _broadcast_on(_pg(group), out, src))
+    _register_work(me, out, _broadcast_on(_pg(group), out, src))
     return out
 
 
 @register(fc.broadcast_.default)
-def _broadcast_(rs, func, args, kwargs):
+def _broadcast_(me, func, args, kwargs):
     t, src, group = _args(args, kwargs, ("input", "src", "group_name"))
-    _register_work(rs, _sim_of(t), _broadcast_on(_pg(group), _sim_of(t), src))
+    _register_work(me, _sim_of(t), _broadcast_on(_pg(group), _sim_of(t), src))
     return t
 
 
@@ -198,9 +198,9 @@ def _broadcast_on(pg, t, src):
 
 
 @register(fc.wait_tensor.default)
-def _wait_tensor(rs, func, args, kwargs):
+def _wait_tensor(me, func, args, kwargs):
     t = args[0] if args else kwargs["tensor"]
-    works = state(rs).works.pop(id(_sim_of(t)._alloc), ())
+    works = state(me).works.pop(id(_sim_of(t)._alloc), ())
     for w in works:
         w.wait()
     return t
@@ -208,7 +208,7 @@ def _wait_tensor(rs, func, args, kwargs):
 
 @register_namespace("_c10d_functional")
 @register_namespace("_c10d_functional_autograd")
-def _not_modelled(rs, func, args, kwargs):
+def _not_modelled(me, func, args, kwargs):
     if func.__name__.startswith("_wrap_tensor_autograd"):  # a Python custom op (AsyncCollectiveTensor(input))
         return func.redispatch(torch._C.DispatchKeySet(torch._C.DispatchKey.CompositeExplicitAutograd), *args,
                                **kwargs)

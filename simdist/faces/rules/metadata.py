@@ -19,12 +19,12 @@ aten = torch.ops.aten
 
 
 @register(aten.record_stream.default)
-def _record_stream(rs, func, args, kwargs):
+def _record_stream(me, func, args, kwargs):
     _sim_of(args[0])._alloc.record_stream(args[1])
 
 
 @register(aten.is_pinned.default)
-def _is_pinned(rs, func, args, kwargs):
+def _is_pinned(me, func, args, kwargs):
     return False
 
 
@@ -75,23 +75,23 @@ def _segment_offsets(func, args, kwargs):
 
 
 @register(aten.as_strided.default)
-def _as_strided(rs, func, args, kwargs):
+def _as_strided(me, func, args, kwargs):
     args, kwargs = _segment_offsets(func, args, kwargs)
-    return _view(rs, func, op_info(func), args, kwargs)
+    return _view(me, func, op_info(func), args, kwargs)
 
 
 @register(*(f for f in _OFFSET_ARG if f.__name__.startswith(("as_strided_copy", "as_strided_scatter"))))
-def _as_strided_functional(rs, func, args, kwargs):
+def _as_strided_functional(me, func, args, kwargs):
     args, kwargs = _segment_offsets(func, args, kwargs)
-    return _functional(rs, func, op_info(func), args, kwargs)
+    return _functional(me, func, op_info(func), args, kwargs)
 
 
-def _inplace_view(rs, func, args, kwargs):
+def _inplace_view(me, func, args, kwargs):
     """x.t_(), x.unsqueeze_(0)...: metadata changes on the host, at once; no device work, no bytes touched."""
     x = _sim_of(args[0])
     args, kwargs = _segment_offsets(func, args, kwargs)
-    u = _unwrap(rs, args, kwargs, False)
-    _set_view(x, _INPLACE_VIEWS[func](*u.args, **u.kwargs))
+    unwrapped = _unwrap(me, args, kwargs, False)
+    _set_view(x, _INPLACE_VIEWS[func](*unwrapped.args, **unwrapped.kwargs))
     return args[0]
 
 
@@ -124,7 +124,7 @@ def _restride(x, shape, stride, offset):
 
 
 @register(aten.resize_.default, aten.resize_as_.default)
-def _resize(rs, func, args, kwargs):
+def _resize(me, func, args, kwargs):
     """x.resize_(shape[, memory_format]) and x.resize_as_(y[, memory_format]): the sizes and strides torch gives
     (its own resize_ run on a meta tensor of x's layout: contiguous, or the memory format's strides; resize_as_
     takes y's sizes, and y's suggested format for preserve_format), from x's storage offset; the storage grows
@@ -148,7 +148,7 @@ def _resize(rs, func, args, kwargs):
 # the storage when asked to view past its end); a torch Storage passed to the aten op itself is refused.
 @register(aten.set_.default, aten.set_.source_Tensor, aten.set_.source_Storage,
           aten.set_.source_Storage_storage_offset)
-def _set(rs, func, args, kwargs):
+def _set(me, func, args, kwargs):
     x = args[0]
     if type(_sim_of(x)) is not SimTensor:
         raise UnsupportedOperation(f"{func}: set_ of a CPU tensor to simulated CUDA memory is not modelled by "
@@ -156,7 +156,7 @@ def _set(rs, func, args, kwargs):
     x = _sim_of(x)
     if func is aten.set_.default:
         dev = x._dev
-        e = allocate(dev, rs.current_stream(dev.index), (0,), (1,), x.dtype)
+        e = allocate(dev, me.current_stream(dev.index), (0,), (1,), x.dtype)
         _adopt(x, e._alloc, (0,), (1,), 0)
         return args[0]
     src = args[1] if len(args) > 1 else kwargs["source"]
@@ -193,13 +193,13 @@ def _adopt(x, alloc, shape, stride, off):
 
 @register_namespace("c10d")
 @register_namespace("_dtensor")
-def _unsupported_collective(rs, func, args, kwargs):
+def _unsupported_collective(me, func, args, kwargs):
     # would run locally and return one rank's data: refuse
     raise UnsupportedOperation(f"{func}: this collective op is not modelled by simdist on simulated tensors (the "
                                "torch.distributed API and torch.ops._c10d_functional are)")
 
 
-def _unsupported(rs, func, args, kwargs):
+def _unsupported(me, func, args, kwargs):
     raise UnsupportedOperation(f"{func} on a simulated CUDA tensor is not modelled by simdist")
 
 
@@ -207,7 +207,7 @@ register(aten._pin_memory.default)(_unsupported)
 
 
 @register(aten._has_compatible_shallow_copy_type.default)
-def _compatible_shallow_copy_type(rs, func, args, kwargs):
+def _compatible_shallow_copy_type(me, func, args, kwargs):
     """`t.data = other` asks this before swapping metadata: a question about tensor types, not bytes (no device
     work, no host read). Between a simulated and a CPU tensor the answer would let torch graft a CUDA-typed
     wrapper's metadata onto a CPU tensor (or the reverse), which cannot hold: refused by name. nn.Module's

@@ -48,7 +48,7 @@ _LAYOUT = {aten.native_layer_norm_backward.default: (1, (5, 6), (3, 4), 7),
 
 
 @register(*_LAYOUT)
-def _norm_backward(rs, func, args, kwargs):
+def _norm_backward(me, func, args, kwargs):
     if kwargs:
         names = [a.name for a in func._schema.arguments]
         args = tuple(args) + tuple(kwargs[n] for n in names[len(args):] if n in kwargs)
@@ -61,22 +61,22 @@ def _norm_backward(rs, func, args, kwargs):
     for i in i_stats:
         cpu_args[i] = _as(args[i], want)  # a simulated cast: exact, the statistics came from a CPU kernel of this dtype
     info = op_info(func)
-    u = _unwrap(rs, tuple(cpu_args), {}, True)
-    _usable(u.sims)
-    dev = u.dev
-    specs, _ = _out_specs(func, tuple(args), {}, u.key)  # the outputs as CUDA gives them (meta)
+    unwrapped = _unwrap(me, tuple(cpu_args), {}, True)
+    _usable(unwrapped.sims)
+    dev = unwrapped.dev
+    specs, _ = _out_specs(func, tuple(args), {}, unwrapped.key)  # the outputs as CUDA gives them (meta)
     mask = args[i_mask]
-    stream = rs.current_stream(dev.index)
+    stream = me.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None and m else None for s, m in zip(specs, mask)]
     inners = [o._inner if o is not None else None for o in outs]
-    fa = u.args
+    call_args = unwrapped.args
 
     def fn():
-        for o, r in zip(inners, func(*fa)):
+        for o, r in zip(inners, func(*call_args)):
             if o is not None:
                 o.copy_(r)
 
     real = [o for o in outs if o is not None]
-    launch(rs, stream, info.name, "kernel", fn, u.sims, real, _nbytes(u.sims) + sum(o._alloc.nbytes for o in real),
+    launch(me, stream, info.name, "kernel", fn, unwrapped.sims, real, _nbytes(unwrapped.sims) + sum(o._alloc.nbytes for o in real),
            skip=4)
     return tuple(outs)

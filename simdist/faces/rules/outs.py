@@ -28,13 +28,13 @@ from .metadata import _restride
 _FITS: set = set()  # signatures (op, argument specs) whose outs already have the result's layout
 
 
-def _out_rule(rs, func, args, kwargs):
+def _out_rule(me, func, args, kwargs):
     info = op_info(func)
-    key = _unwrap(rs, args, kwargs, True).key
+    key = _unwrap(me, args, kwargs, True).key
     try:
         key = (func, tuple(key))
         if key in _FITS:
-            return _inplace(rs, func, info, args, kwargs)
+            return _inplace(me, func, info, args, kwargs)
     except TypeError:  # an unhashable argument: no cache
         key = None
     names = [n for n in info.mutable_names if kwargs.get(n) is not None]
@@ -42,10 +42,10 @@ def _out_rule(rs, func, args, kwargs):
     try:
         func(*(_to_meta(a) for a in args), **mkw)
     except NotImplementedError:  # no meta kernel: the shapes cannot be known here; the kernel runs as it is
-        return _inplace(rs, func, info, args, kwargs)
+        return _inplace(me, func, info, args, kwargs)
     except Exception:  # noqa: BLE001
-        _raise_real_error(rs, func, args, kwargs)  # torch's own error when the real op refuses too
-        return _inplace(rs, func, info, args, kwargs)  # (a meta kernel's own limitation: run as it is)
+        _raise_real_error(me, func, args, kwargs)  # torch's own error when the real op refuses too
+        return _inplace(me, func, info, args, kwargs)  # (a meta kernel's own limitation: run as it is)
     resized = []
     for n in names:
         sims, metas = kwargs[n], mkw[n]
@@ -60,17 +60,17 @@ def _out_rule(rs, func, args, kwargs):
     if resized:
         # the strides a resized out gets are the kernel's (TensorIterator follows its inputs' layout), which a
         # meta kernel does not always reproduce: read them off the real op, run on host copies
-        real = _run_on_copies(rs, func, args, kwargs)
+        real = _run_on_copies(me, func, args, kwargs)
         for n, i, x in resized:
             r = real[n] if not isinstance(real[n], (list, tuple)) else real[n][i]
             _restride(x, tuple(r.shape), tuple(r.stride()), x.storage_offset())
-    return _inplace(rs, func, info, args, kwargs)
+    return _inplace(me, func, info, args, kwargs)
 
 
-def _run_on_copies(rs, func, args, kwargs):
+def _run_on_copies(me, func, args, kwargs):
     """Run the op on host copies of its arguments (their values need not be current: only the op's checks and
     the layout of its outputs are read) and return the copied keyword arguments; raise what the op raises."""
-    u = _unwrap(rs, args, kwargs, False)
+    unwrapped = _unwrap(me, args, kwargs, False)
 
     def copy(a):
         if isinstance(a, torch.Tensor):
@@ -78,13 +78,13 @@ def _run_on_copies(rs, func, args, kwargs):
         if isinstance(a, (list, tuple)):
             return type(a)(copy(x) for x in a)
         return a
-    kw = {k: copy(v) for k, v in u.kwargs.items()}
-    func(*copy(u.args), **kw)
+    kw = {k: copy(v) for k, v in unwrapped.kwargs.items()}
+    func(*copy(unwrapped.args), **kw)
     return kw
 
 
-def _raise_real_error(rs, func, args, kwargs):
-    _run_on_copies(rs, func, args, kwargs)
+def _raise_real_error(me, func, args, kwargs):
+    _run_on_copies(me, func, args, kwargs)
 
 
 set_out_rule(_out_rule)
