@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from ..engine.context import current_rank
-from ..engine.errors import SimulationError, UnsupportedOperation
+from ..engine.errors import UnsupportedOperation
 from . import guard
 
 _ref = weakref.ref

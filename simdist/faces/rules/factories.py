@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.errors import SimulationError, UnsupportedOperation
-from ...engine.launch import launch
-from ..dispatch import (_factory_device, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, allocate)
+from ..dispatch import _factory_device, _sim_of, _to_meta, _unwrap, allocate
 from ..op_rules import register
-from ..tensor import HostProxy, SimTensor
 
 aten = torch.ops.aten
 

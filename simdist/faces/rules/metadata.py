@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.errors import SimulationError, UnsupportedOperation
-from ...engine.launch import launch
-from ..dispatch import (_factory_device, _functional, _nbytes, _poisoned_host, _sim_of, _to_meta, _unwrap, _view,
-                        allocate)
+from ...engine.errors import UnsupportedOperation
+from ..dispatch import (_functional, _sim_of, _to_meta, _unwrap, _view, allocate)
 from ..op_info import op_info
 from ..op_rules import register, register_namespace
 from ..storage import resize_storage
 from ..tensor import view_bytes
-from ..tensor import HostProxy, SimTensor
+from ..tensor import SimTensor
 
 aten = torch.ops.aten
 

@@ -23,7 +23,6 @@ from ...engine.launch import launch
 from ..dispatch import _nbytes, _out_specs, _usable, _unwrap, allocate
 from ..op_info import op_info
 from ..op_rules import register
-from ..tensor import SimTensor
 
 aten = torch.ops.aten
 _REDUCED = (torch.bfloat16, torch.float16)
