@@ -92,16 +92,7 @@ def user_frames(frames, limit=6):
 
 def format_frames(frames, indent="    "):
     """The user frames as a traceback-like text."""
-    uf = user_frames(frames)
-    if not uf:
-        return indent + "(no user frame)"
-    lines = []
-    for fn, line, name in uf:
-        lines.append(f'{indent}File "{fn}", line {line}, in {name}')
-        src = linecache.getline(fn, line).strip()
-        if src:
-            lines.append(f"{indent}  {src}")
-    return "\n".join(lines)
+    return format_frame_tuples(user_frames(frames), indent)
 
 
 def format_frame_tuples(frames, indent="    "):
