@@ -665,7 +665,9 @@ def run_hunt(evidence, configs, depths, seeds, steps, poison, progress=True, pro
         raise RuntimeError(f"internal: best candidate {best!r} from every cell, {state['best']!r} from the evidence")
     fix = None
     if best is not None:
-        fix = (len(state["fix_jobs"]), [r for r in state["fix_results"] if r])
+        res = state["fix_results"]
+        skipped = [r[1] for r in res if isinstance(r, tuple)]
+        fix = (len(state["fix_jobs"]) - len(skipped), [r for r in res if r and not isinstance(r, tuple)], skipped)
     return cells, v, best, fix, state["witness"]
 
 
@@ -941,7 +943,9 @@ def _fix_one(job):
     try:
         res = simdist.run(refit_program, world_size=world, policy=pol, kwargs=kw, nccl=NCCL, poison=poison, transport=_transport(kw))
     except Exception as e:  # noqa: BLE001
-        return f"{_cfg_text(config).strip()} depth {depth}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        text = f"{_cfg_text(config).strip()} depth {depth}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        # a configuration the real stack names unsupported is not run, so the fix is not proven there either way
+        return ("unsupported", text) if type(e).__name__ == "RealStackUnsupported" else text
     sym, _ = _symbols(res, steps)
     if res.hazards or any(s != "." for s in sym):
         return (f"{_cfg_text(config).strip()} depth {depth} schedule {k}: {''.join(sym)}"
@@ -957,13 +961,15 @@ def fixes_for(candidate: str) -> Tuple[str, ...]:
 
 def check_fix(candidate, configs, depths, steps, schedules, poison, progress=True, processes=None):
     """The candidate's fix in the full refit program, every configuration x depth, `schedules` in total
-    (round-robin over them; jitter, PCT and choice policies). Returns (runs, failures)."""
+    (round-robin over them; jitter, PCT and choice policies). Returns (runs, failures, not run): schedules of
+    configurations the stack names unsupported are neither runs nor failures."""
     grid = [(c, d) for c in configs for d in depths]
     jobs = [(candidate, grid[i % len(grid)][0], grid[i % len(grid)][1], steps, i, poison)
             for i in range(schedules)]
     cost = lambda j: j[1]["tp"] * j[1]["pp"] * j[1]["dp"] * j[2]  # noqa: E731
     res = _pool_map(_fix_one, jobs, progress, "fix schedules", processes, cost)
-    return len(jobs), [r for r in res if r]
+    skipped = [r[1] for r in res if isinstance(r, tuple)]
+    return len(jobs) - len(skipped), [r for r in res if r and not isinstance(r, tuple)], skipped
 
 
 _FIX_COST_ROWS = {"side_stream_wait": "wait_stream", "synchronize_after_dequantize": "synchronize"}
@@ -1134,8 +1140,10 @@ def main(a=None) -> int:
     if best is not None:
         cand = CANDIDATES[best]
         say("")
-        runs, failures = fix
+        runs, failures, skipped = fix
         verdict = "clean in all" if not failures else f"{len(failures)} FAILED (first: {failures[0]})"
+        if skipped:
+            verdict += f"; {len(skipped)} not run, the stack does not support them (first: {skipped[0]})"
         say(f"fix for {best}: {' + '.join(fixes_for(best))}, in the full refit program, {runs} schedules (jitter, "
             f"PCT, choice) over {len(configs)} configurations x {len(depths)} depths: {verdict}")
         cost, report = fix_cost(cand.fix)
@@ -1143,7 +1151,7 @@ def main(a=None) -> int:
             say(f"  its cost on GPUs: {cost}")
         else:
             say(f"  its cost on GPUs: no measurement of this fix in {report or 'any docs/gpu-fixcost-*.json'}")
-        out["fix"] = {"candidate": best, "fixes": list(fixes_for(best)), "schedules": runs, "failures": failures,
+        out["fix"] = {"candidate": best, "fixes": list(fixes_for(best)), "schedules": runs, "failures": failures, "not_run": skipped,
                       "cost": cost}
         ok = not failures
         if witness is not None:

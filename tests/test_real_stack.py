@@ -143,7 +143,7 @@ def test_hunt_stack_real_end_to_end(tmp_path):
     path.write_text(json.dumps(ev))
     proc = subprocess.run([sys.executable, "-m", "simdist.properties.hunt", "--stack", "real", "--reported",
                            str(path), "--depths", "2", "--seeds", "1", "--candidates", "faithful",
-                           "--fix-schedules", "1", "--processes", "1", "--no-progress", "--json",
+                           "--fix-schedules", "3", "--processes", "1", "--no-progress", "--json",
                            "--trace", str(tmp_path / "t.json")],
                           capture_output=True, text=True, cwd=ROOT, timeout=900,
                           env=dict(os.environ, PYTHONWARNINGS="ignore"))
@@ -153,3 +153,7 @@ def test_hunt_stack_real_end_to_end(tmp_path):
     fp8 = cells[("blockwise-fp32", 1)]
     assert fp8["text"] == "XX" and "RealStackUnsupported" in fp8["replicates"][0]["error"]
     assert "megatron-core 0.16.1" in out["versions"] and "Megatron-Bridge 0.3.1" in out["versions"]
+    # the fix check runs one schedule per configuration: the unsupported one is not run, not counted as failing
+    fix = out["fix"]
+    assert fix["schedules"] == 2 and fix["failures"] == [], fix
+    assert len(fix["not_run"]) == 1 and "RealStackUnsupported" in fix["not_run"][0], fix
