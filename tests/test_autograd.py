@@ -313,3 +313,16 @@ def test_without_guard_autograd_is_refused():
     env = dict(os.environ, SIMDIST_NO_AUTOGRAD="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert "SIMDIST_NO_AUTOGRAD" in out.stdout or "built with CUDA" in out.stdout  # the reason, named
+
+
+def test_guard_library_named_by_its_source(tmp_path, monkeypatch):
+    """The guard's library has one name per source text in torch's extensions cache: two simdist versions on one
+    machine (a benchmark of an earlier commit next to this tree) rebuilt each other's library under one name, and
+    a process loading the other's ran without the guard (CUDA futures then order the current stream at
+    get_future(), so races behind them go unreported: seen on the corpus's future programs)."""
+    here = guard._name()
+    assert here.startswith("simdist_fake_cuda_guard_") and here == guard._name()
+    other = tmp_path / "fake_cuda_guard.cpp"
+    other.write_text(open(guard._SOURCE).read() + "\n// another version\n")
+    monkeypatch.setattr(guard, "_SOURCE", str(other))
+    assert guard._name() != here

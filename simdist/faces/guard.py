@@ -21,6 +21,7 @@ Set SIMDIST_NO_AUTOGRAD=1 to skip the build (autograd refused, as without a comp
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import threading
 import warnings
@@ -35,8 +36,16 @@ _callbacks = None  # simdist's streams and events behind the guard's (simdist/fa
 _tried = False
 _reason = "not loaded yet"
 
-_NAME = "simdist_fake_cuda_guard"
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc", "fake_cuda_guard.cpp")
+
+
+def _name():
+    """The library's name in the extensions cache, one per source text: two simdist checkouts of different
+    versions on one machine (a benchmark of an earlier commit next to this tree) rebuilt each other's copy under
+    one name, and a process that loaded the other's (a missing symbol) ran without the guard, so CUDA futures
+    ordered the current stream at get_future() and races behind them went unreported."""
+    with open(_SOURCE, "rb") as f:
+        return "simdist_fake_cuda_guard_" + hashlib.sha1(f.read()).hexdigest()[:12]
 
 
 def _torch_has_cuda():
@@ -58,7 +67,7 @@ def load(warn=True):
             return False
         try:
             from torch.utils import cpp_extension
-            path = cpp_extension.load(_NAME, [_SOURCE], extra_cflags=["-O1"], is_python_module=False,
+            path = cpp_extension.load(_name(), [_SOURCE], extra_cflags=["-O1"], is_python_module=False,
                                       verbose=False)
             lib = ctypes.CDLL(path)
             lib.simdist_guard_set_enabled.argtypes = [ctypes.c_int]
