@@ -458,3 +458,25 @@ def test_every_rank_on_one_gpu_is_refused_as_nccl_does():
         return x.sum().item()
 
     assert simdist.run(set_device_first, world_size=2, torchrun=True).returns == [8.0, 8.0]
+
+
+def test_cuda_build_facts_seen_by_libraries():
+    """Inside a run torch reports a CUDA build (torch.version.cuda, as every CUDA wheel does) and NCCL >= 2.10:
+    torch DDP's bf16_compress_hook checks both before it registers (torch/nn/parallel/distributed.py
+    _check_comm_hook: "BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+"), and refused it
+    with a raw TypeError when torch.version.cuda was the CPU build's None. Outside the run it is None again."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    before = torch.version.cuda
+
+    def fn():
+        dist.init_process_group("nccl")
+        ddp = DDP(torch.nn.Linear(4, 2).cuda())
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        ddp(torch.ones(3, 4, device="cuda")).sum().backward()
+        return torch.version.cuda, torch.cuda.nccl.version() >= (2, 10), ddp.module.weight.grad.cpu()
+
+    res = simdist.run(fn, world_size=2)
+    assert res.returns[0][:2] == (simdist.faces.cuda.CUDA_VERSION, True)
+    assert torch.equal(res.returns[0][2], res.returns[1][2])
+    assert torch.version.cuda == before

@@ -478,24 +478,42 @@ def cuda_patches():
     out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
+    # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's
+    # bf16_compress_hook refused to register, a raw TypeError, with None)
+    out.append((torch.version, "cuda", CUDA_VERSION))
     return out
+
+
+_ALIAS_MODULES = [None, []]  # [sys.modules' size and newest name when scanned, the torch.cuda.* modules then]
+
+
+def _cuda_submodules():
+    """torch.cuda's loaded submodules. Scanning sys.modules (thousands of names) cost ~0.3 ms, most of an empty
+    run; it is rescanned only when a module was imported or removed since (its size or newest name changed)."""
+    import sys
+    mods = sys.modules
+    stamp = (len(mods), next(reversed(mods), None))
+    if _ALIAS_MODULES[0] != stamp:
+        _ALIAS_MODULES[:] = [stamp, [m for name, m in list(mods.items())
+                                     if name.startswith("torch.cuda.") and m is not None]]
+    return _ALIAS_MODULES[1]
 
 
 def _submodule_aliases(items):
     """The same functions where torch.cuda's own submodules bound them at import (torch/cuda/random.py does
     `from . import current_device`): torch.cuda.random.get_rng_state would otherwise reach the real one."""
-    import sys
-    c = torch.cuda
-    originals = {k: c.__dict__.get(k) for k in items}
+    c = torch.cuda.__dict__
     out = []
-    for name, mod in list(sys.modules.items()):
-        if not name.startswith("torch.cuda.") or mod is None:
-            continue
+    for mod in _cuda_submodules():
         d = getattr(mod, "__dict__", {})
-        for k, orig in originals.items():
-            if orig is not None and d.get(k) is orig:
+        for k in d.keys() & items.keys():  # (in C: most submodules bind none of these names)
+            orig = c.get(k)
+            if orig is not None and d[k] is orig:
                 out.append((mod, k, items[k]))
     return out
+
+
+CUDA_VERSION = "12.8"  # the CUDA of torch 2.8's default wheel (download.pytorch.org/whl/cu128)
 
 
 def nccl_version():
