@@ -53,6 +53,9 @@ _TORCH_API = ("distributed/distributed_c10d.py", "distributed/c10d_logger.py")
 
 
 _PLUMBING = {}  # file name -> whether its frames are plumbing (decided once per file)
+# decorator shims installed beside the program (torch's @deprecated wraps dist.all_gather_into_tensor in
+# typing_extensions' wrapper): their frames are no program's, and their line numbers change with the shim's version
+_SHIMS = ("typing_extensions.py",)
 
 
 def _is_plumbing(filename):
@@ -64,7 +67,7 @@ def _is_plumbing(filename):
         spec = importlib.util.find_spec("torch")
         torch_dir = (os.path.dirname(spec.origin) if spec is not None and spec.origin else "\0") + os.sep
         stdlib = os.path.dirname(threading.__file__) + os.sep
-        if filename.startswith("<") or filename.startswith(simdist_dir):
+        if filename.startswith("<") or filename.startswith(simdist_dir) or os.path.basename(filename) in _SHIMS:
             verdict = True
         elif filename.startswith(torch_dir):
             rel = filename[len(torch_dir):].replace(os.sep, "/")

@@ -2,7 +2,8 @@
 then checks: a change that alters a schedule, a report's site or a value shows as a changed digest, and is
 either a bug or recorded again on purpose (say why in the commit).
 
-    python tests/corpus/record_digests.py
+    python tests/corpus/record_digests.py                  # every program
+    python tests/corpus/record_digests.py p25_ r03_        # only programs whose name holds one of these; the rest kept
 
 Digests are a pure function of (program, world size, seed, policy) for one torch version (a newer torch may
 decompose ops differently): the file names the torch it was recorded with, and the check runs only there.
@@ -28,10 +29,17 @@ def key(path, seed):
     return f"{os.path.relpath(path, HERE)}:{seed}"
 
 
-def main():
+def main(only=()):
     digests = {}
+    if only:
+        with open(PATH) as f:
+            digests = json.load(f)["digests"]
     for path in corpus_paths(HERE):
         m = parse(path)
+        if only and not any(o in m["name"] for o in only):
+            continue
+        for seed in SEEDS:
+            digests.pop(key(path, seed), None)
         for seed in SEEDS:
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
@@ -48,4 +56,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]))
