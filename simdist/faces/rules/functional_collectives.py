@@ -175,6 +175,35 @@ def _all_to_all(me, func, args, kwargs):
     return out
 
 
+@register(torch.ops._dtensor.shard_dim_alltoall.default)
+def _shard_dim_alltoall(me, func, args, kwargs):
+    """DTensor's Shard(i) -> Shard(j) (torch/csrc/distributed/c10d/Functional.cpp shard_dim_alltoall): the input
+    viewed with the shard dim split in group-size pieces, the pieces moved to the front and made contiguous, one
+    equal-split alltoall_base, `work->wait()` (synchronous: the current stream waits), the received pieces moved to
+    the gather dim and viewed as the output shape."""
+    t, gather_dim, shard_dim, group = _args(args, kwargs, ("input", "gather_dim", "shard_dim", "group_name"))
+    pg = _pg(group)
+    n = pg.size()
+    x = _sim_of(t)
+    nd = x.dim()
+    gather_dim, shard_dim = int(gather_dim) % nd, int(shard_dim) % nd
+    in_sizes = list(x.shape)
+    out_sizes = list(x.shape)
+    in_sizes[shard_dim] //= n
+    in_sizes.insert(shard_dim, n)
+    pieces = aten.clone.default(aten.movedim.int(aten.view.default(x, in_sizes), shard_dim, 0),
+                                memory_format=torch.contiguous_format)
+    comm = aten.view_as_real.default(pieces) if x.is_complex() else pieces
+    recv = _out(me, comm.shape, comm)
+    pg._alltoall_single(recv, comm, [], [], False).wait()
+    if x.is_complex():
+        recv = aten.view_as_complex.default(recv)
+    out = aten.clone.default(aten.movedim.int(recv, 0, gather_dim), memory_format=torch.contiguous_format)
+    out_sizes[shard_dim] //= n
+    out_sizes[gather_dim] *= n
+    return aten.view.default(out, out_sizes)
+
+
 @register(fc.broadcast.default)
 def _broadcast(me, func, args, kwargs):
     t, src, group = _args(args, kwargs, ("input", "src", "group_name"))
