@@ -121,3 +121,21 @@ def test_shipped_corpus_is_current():
             now = [S.digest_outputs(r) for r in S.run_in_simdist(name).returns]
             assert now == shipped[name]["digests"], \
                 f"{name}: re-export docs/gpu/corpus.json (python -m properties.scenarios)"
+
+
+def test_the_one_gpu_corpus_skips_what_needs_a_peer_and_nothing_else():
+    """docs/gpu/corpus-ws1.json (what one GPU confirms): point-to-point scenarios cannot run at world size 1 (the
+    simulator errors there, as torch would: no peer rank) and are skipped by the checker, because they declare
+    min_world_size=2; every other scenario's verdict is checked. (The GPU run of 2026-12-01 exited 1 on exactly
+    these four before they declared it.)"""
+    import os
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "gpu", "corpus-ws1.json")
+    if not os.path.exists(path):
+        pytest.skip("no shipped one-GPU corpus")
+    assert S.check_corpus(path) == []
+    with open(path) as f:
+        corpus = json.load(f)
+    needs_peer = {n for n, s in S.SCENARIOS.items() if s.min_world_size > 1}
+    assert needs_peer == {n for n, e in corpus["scenarios"].items() if e.get("verdict") == "error"}
+    assert needs_peer == {"p2p_send_side_nosync", "p2p_send_side_wait_stream", "pipeline_p2p_pingpong",
+                          "pipeline_p2p_exchange_async"}
