@@ -507,3 +507,34 @@ def test_dtensor_shard_dim_alltoall(world, gather_dim, shard_dim):
     cat = torch.cat([inp(r) for r in range(world)], dim=gather_dim)
     for r in range(world):
         assert torch.equal(res.returns[r], cat.chunk(world, dim=shard_dim)[r]), r
+
+
+def test_ddp_unused_parameters_pinned_staging():
+    """torch DDP with find_unused_parameters=True (and static_graph=True, which runs the same path at its first
+    iteration) copies its local_used_map to the device through a pinned staging tensor that its C++ allocates and
+    asserts pinned (torch/csrc/distributed/c10d/reducer.cpp all_reduce_local_used_map:
+    TORCH_INTERNAL_ASSERT(local_used_map_tmp.is_pinned())). Host memory pinned inside a run is pinned for
+    is_pinned() called from C++ too (it was an INTERNAL ASSERT)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.a(x)
+
+    def prog(kw):
+        dist.init_process_group("nccl")
+        torch.manual_seed(0)
+        ddp = DDP(M().cuda(), **kw)
+        x = torch.ones(2, 3, device="cuda") * (dist.get_rank() + 1)
+        ddp(x).sum().backward()
+        return ddp.module.a.weight.grad.cpu(), torch.empty(2, pin_memory=True).is_pinned()
+
+    for kw in ({"find_unused_parameters": True}, {"static_graph": True}):
+        res = simdist.run(prog, world_size=2, args=(kw,))
+        assert not res.hazards, res.report()
+        g0, pinned = res.returns[0]
+        assert pinned and torch.allclose(g0, torch.full((2, 3), 3.0)), g0  # mean of 2 rows x (1, 2)

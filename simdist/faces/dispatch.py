@@ -24,6 +24,7 @@ from .storage import check_usable
 from .tensor import HostProxy, SimTensor, set_router, view_bytes
 
 aten = torch.ops.aten
+_IS_PINNED = aten.is_pinned.default
 _SPEC_CACHE: dict = {}
 _get_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
@@ -269,6 +270,8 @@ class RankMode(TorchDispatchMode):
                 hr.check(self.me, func, args, kwargs)
             if hr.sources:
                 hr.check_writes(self.me, func, args, kwargs)
+            if func is _IS_PINNED:  # (torch DDP's C++ Reducer asserts a pinned staging tensor's is_pinned())
+                return hr.is_pinned(args[0])
             dev = kwargs.get("device")
             if kwargs.get("pin_memory") and (dev is None or torch.device(dev).type == "cpu"):
                 # a CPU build cannot page-lock: allocate plain memory and remember that it is "pinned"
