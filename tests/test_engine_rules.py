@@ -542,3 +542,105 @@ def test_cuda_rng_state_and_memory_stats_api():
             torch.cuda.initial_seed() == 67280421310721
 
     assert simdist.run(fn).returns[0] == (True, True, True, True, True)
+
+
+def test_query_true_means_results_visible_to_host():
+    """Rule: Event.query() / Stream.query() return True only once the captured work has completed
+    (cudaEventQuery / cudaStreamQuery == cudaSuccess), so the host may then read a pinned buffer that work wrote
+    and find the results (torch/cuda/streams.py). simdist once joined the host's clock without running the
+    finished copy's kernel first: the pinned buffer still held its old bytes (corpus m06, m07)."""
+    def fn(use_stream):
+        a = torch.arange(1 << 15, dtype=torch.float32)
+        x = a.cuda() * 2
+        buf = torch.zeros(1 << 15, pin_memory=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        done = torch.cuda.Event()
+        with torch.cuda.stream(side):
+            buf.copy_(x, non_blocking=True)
+            done.record()
+        x.record_stream(side)
+        while not (side.query() if use_stream else done.query()):
+            pass
+        return torch.equal(buf, a * 2)
+    for use_stream in (False, True):
+        for seed in range(10):
+            res = simdist.run(fn, seed=seed, kwargs={"use_stream": use_stream})
+            assert not res.hazards and res.returns[0], (use_stream, seed)
+
+
+def test_set_stream_switches_current_device():
+    """Rule: torch.cuda.set_stream(s) makes s's device the current one as well (torch/csrc/cuda/Module.cpp
+    THCPModule_setStream_wrap: `if (device != stream.device_index()) THCPModule_setDevice(...)`), so a later
+    torch.empty(device="cuda") lands on it (corpus m04)."""
+    def fn():
+        s1 = torch.cuda.Stream(device=1)
+        torch.cuda.set_stream(s1)
+        t = torch.ones(4, device="cuda")
+        return torch.cuda.current_device(), t.device.index, torch.cuda.current_stream() == s1
+    res = simdist.run(fn, device_count=2)
+    assert res.returns[0] == (1, 1, True)
+
+
+def test_empty_cache_waits_for_record_stream_events_and_peaks_persist():
+    """Rule: torch.cuda.empty_cache() first synchronizes the events of blocks freed with record_stream uses
+    pending, returns them to their pools, then releases every whole free segment
+    (c10/cuda/CUDACachingAllocator.cpp release_cached_blocks -> synchronize_and_free_events, release_blocks); the
+    peak of reserved memory (max_memory_reserved, memory_stats()['reserved_bytes.all.peak']) survives the release
+    until reset_peak_memory_stats (corpus m21, m23)."""
+    def fn():
+        torch.cuda.empty_cache()
+        r0 = torch.cuda.memory_reserved()
+        side = torch.cuda.Stream()
+        x = torch.ones(1 << 20, device="cuda")      # 4 MiB: a 20 MiB large segment of its own
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2
+        x.record_stream(side)
+        del x
+        peak = torch.cuda.max_memory_reserved()
+        torch.cuda.empty_cache()
+        after = torch.cuda.memory_reserved()
+        stats = torch.cuda.memory_stats()
+        kept_peak = torch.cuda.max_memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
+        return r0, after, peak, kept_peak, stats["reserved_bytes.all.peak"], torch.cuda.max_memory_reserved(), \
+            stats["allocation.all.current"], y.sum().item()
+    for seed in range(5):
+        res = simdist.run(fn, seed=seed)
+        r0, after, peak, kept_peak, stat_peak, reset_peak, live, total = res.returns[0]
+        # y (made on the side stream) keeps a 20 MiB segment of its own; x's segment is released
+        assert after == r0 + 20 * (1 << 20) and peak == kept_peak == stat_peak == r0 + 40 * (1 << 20), res.returns[0]
+        assert reset_peak == after and live == 1 and total == 2.0 * (1 << 20), res.returns[0]
+        assert not res.hazards
+
+
+def test_h2d_from_pinned_reads_in_stream_order():
+    """Rule: a host-to-device copy from pinned memory is a DMA that reads the host buffer when it runs, in its
+    stream's order (ATen Copy.cu copy_kernel_cuda: cudaMemcpyAsync on the current stream, then
+    cudaStreamSynchronize when not non_blocking). After a non_blocking D2H copy into that buffer on the same
+    stream it reads the copied bytes (autograd's save_on_cpu(pin_memory=True) relies on it: corpus m18); on
+    another stream with no wait it races the D2H copy. simdist once snapshotted the buffer at a blocking
+    copy_'s launch (stale bytes, silently) and reported the non_blocking one as a host read."""
+    def fn(stream_kind, how):
+        a = torch.arange(1 << 14, dtype=torch.float32)
+        x = a.cuda() * 2
+        buf = torch.zeros(1 << 14, pin_memory=True)
+        buf.copy_(x, non_blocking=True)
+        s = torch.cuda.current_stream() if stream_kind == "same" else torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            if how == "copy_":
+                d = torch.empty(1 << 14, device="cuda")
+                d.copy_(buf)
+            elif how == "to":
+                d = buf.to("cuda")
+            else:
+                d = buf.to("cuda", non_blocking=True)
+        torch.cuda.synchronize()
+        return torch.equal(d.cpu(), a * 2)
+    for how in ("copy_", "to", "to_non_blocking"):
+        for seed in range(5):
+            res = simdist.run(fn, seed=seed, kwargs={"stream_kind": "same", "how": how})
+            assert not res.hazards and res.returns[0], (how, seed, res.report())
+            res = simdist.run(fn, seed=seed, kwargs={"stream_kind": "other", "how": how})
+            assert kinds(res) == ["read-after-write"], (how, seed, res.report())

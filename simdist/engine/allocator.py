@@ -157,6 +157,7 @@ class DeviceMemory:
         self.allocated_bytes = 0
         self.peak_bytes = 0
         self.reserved_bytes = 0
+        self.peak_reserved_bytes = 0  # torch.cuda.max_memory_reserved (reserved_bytes.all.peak)
         self.next_alloc_id = 0
         self.closed = False
 
@@ -191,6 +192,7 @@ class DeviceMemory:
             seg = Segment(len(self.segments), seg_bytes, stream, small, self.poison_byte)
             self.segments.append(seg)
             self.reserved_bytes += seg_bytes
+            self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
             block = Block(seg, 0, seg_bytes)
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:

@@ -182,7 +182,7 @@ class SimWork(dist.Work):
         m = self._marker
         if m is None or (m.end is not None and m.end <= me.host.clock):
             if m is not None:
-                me.host.join_op(m)
+                me.wait_op(m, "Work.is_completed()")  # the host may read what the work wrote (a CPU output)
             return True
         me.poll_pending(m, "Work.is_completed()")
         return False

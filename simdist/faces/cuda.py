@@ -19,7 +19,7 @@ import torch
 from ..engine import cost
 from ..engine import streams as engine_streams
 from ..engine.context import current_rank
-from ..engine.errors import SimulationError
+from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch
 from . import guard
 
@@ -110,7 +110,8 @@ class Stream(engine_streams.Stream):
         if t is None:
             return True
         if t.end is not None and t.end <= me.host.clock:
-            me.host.join_op(t.full())
+            # the host saw the work done: what it reads next (a pinned buffer) holds the results
+            me.wait_op(t.full(), "Stream.query()")
             return True
         me.poll_pending(t, "Stream.query()")
         return False
@@ -172,7 +173,8 @@ class Event:
         if m is None:
             return True
         if m.end is not None and m.end <= me.host.clock:
-            me.host.join_op(m)
+            # the host saw the work done: what it reads next (a pinned buffer) holds the results
+            me.wait_op(m, "Event.query()")
             return True
         me.poll_pending(m, "Event.query()")
         return False
@@ -196,6 +198,15 @@ class Event:
     @property
     def cuda_event(self):
         return id(self)
+
+    def ipc_handle(self):
+        raise UnsupportedOperation("torch.cuda.Event.ipc_handle (an event shared with another process through CUDA "
+                                   "IPC) is not modelled by simdist")
+
+    @classmethod
+    def from_ipc_handle(cls, device, handle):
+        raise UnsupportedOperation("torch.cuda.Event.from_ipc_handle (an event of another process, through CUDA "
+                                   "IPC) is not modelled by simdist")
 
     def __repr__(self):
         return f"<torch.cuda.Event {'recorded' if self.marker is not None else 'uninitialized'} [simdist]>"
@@ -258,10 +269,15 @@ def default_stream(device=None):
 
 
 def set_stream(stream):
+    """torch.cuda.set_stream: the stream becomes current on its device, and its device becomes the current one
+    (torch/csrc/cuda/Module.cpp THCPModule_setStream_wrap: `if (device != stream.device_index())
+    THCPModule_setDevice(stream.device_index())`)."""
     if stream is None:
         return
     me = _rank()
     me.current_streams[stream.dev.index] = stream
+    if me.current_device != stream.dev.index:
+        _set_current(me, stream.dev.index)
 
 
 class StreamContext:
@@ -298,8 +314,14 @@ def _sleep(cycles):
 
 
 def empty_cache():
+    """The host first waits for the events of blocks freed with record_stream uses still pending, which then go
+    back to their pools, and only then are whole free segments released (c10/cuda/CUDACachingAllocator.cpp
+    release_cached_blocks: synchronize_and_free_events (cudaEventSynchronize on each), then release_blocks)."""
     me = _rank()
     for d in me.devices.values():
+        for _alloc, markers in list(d.memory.pending_frees):
+            for m in markers:
+                me.wait_op(m, "torch.cuda.empty_cache()")
         d.memory.empty_cache()
 
 
@@ -321,12 +343,19 @@ def memory_reserved(device=None):
 
 
 def max_memory_reserved(device=None):
-    return _mem(device).reserved_bytes
+    return _mem(device).peak_reserved_bytes
 
 
 def reset_peak_memory_stats(device=None):
     m = _mem(device)
     m.peak_bytes = m.allocated_bytes
+    m.peak_reserved_bytes = m.reserved_bytes
+
+
+def reset_accumulated_memory_stats(device=None):
+    """The accumulated counters (allocations ever made, frees, retries) start again from zero; simdist keeps none
+    of them beyond num_device_alloc, which stays."""
+    _mem(device)
 
 
 TOTAL_MEMORY = 141 * (1 << 30)
@@ -417,12 +446,16 @@ class _DefaultGenerators:
 def memory_stats(device=None):
     """The keys of torch.cuda.memory_stats() that code reads most (bytes and counts, "all" pools)."""
     m = _mem(device)
+    # active: allocated, or freed with record_stream events still pending (CUDACachingAllocator.cpp: active_bytes
+    # drop in free_block, after the events); allocation.all.current: blocks allocated now
+    pending = sum(a.block.size for a, _ in m.pending_frees if a.block is not None)
     return {"allocated_bytes.all.current": m.allocated_bytes, "allocated_bytes.all.peak": m.peak_bytes,
-            "active_bytes.all.current": m.allocated_bytes, "active_bytes.all.peak": m.peak_bytes,
-            "reserved_bytes.all.current": m.reserved_bytes, "reserved_bytes.all.peak": m.reserved_bytes,
+            "active_bytes.all.current": m.allocated_bytes + pending,
+            "active_bytes.all.peak": max(m.peak_bytes, m.allocated_bytes + pending),
+            "reserved_bytes.all.current": m.reserved_bytes, "reserved_bytes.all.peak": m.peak_reserved_bytes,
             "segment.all.current": len([s for s in m.segments if s.data is not None]),
             "num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": len(m.segments),
-            "allocation.all.current": m.next_alloc_id}
+            "allocation.all.current": sum(s.live for s in m.segments)}
 
 
 def memory_summary(device=None, abbreviated=False):
@@ -451,7 +484,51 @@ def _nvtx_range(*a, **k):
     yield
 
 
-nvtx = SimpleNamespace(range_push=lambda *a, **k: 0, range_pop=lambda *a, **k: 0, mark=_noop, range=_nvtx_range)
+nvtx = SimpleNamespace(range_push=lambda *a, **k: 0, range_pop=lambda *a, **k: 0, mark=_noop, range=_nvtx_range,
+                       range_start=lambda *a, **k: 0, range_end=_noop)
+
+
+def is_current_stream_capturing():
+    """False: no CUDA graph capture is ever underway in a simulated rank (simdist refuses capture by name)."""
+    return False
+
+
+def _refused(what, why="is not modelled by simdist"):
+    def refuse(*args, **kwargs):
+        raise UnsupportedOperation(f"{what} {why}")
+    refuse.__name__ = what.rsplit(".", 1)[-1].split("(")[0]
+    return refuse
+
+
+class ExternalStream:
+    """torch.cuda.ExternalStream(stream_ptr): a cudaStream_t made outside torch; a simulated world has none."""
+
+    def __new__(cls, *args, **kwargs):
+        raise UnsupportedOperation("torch.cuda.ExternalStream (a CUDA stream made outside torch, from a raw "
+                                   "cudaStream_t) is not modelled by simdist")
+
+
+def get_sync_debug_mode():
+    return 0
+
+
+def set_sync_debug_mode(debug_mode):
+    if debug_mode in (0, "default"):
+        return
+    raise UnsupportedOperation(f"torch.cuda.set_sync_debug_mode({debug_mode!r}) (warnings or errors at "
+                               "synchronizing calls) is not modelled by simdist")
+
+
+_MEMORY_REFUSED = {
+    "_record_memory_history": "torch.cuda.memory._record_memory_history (allocator history and stack traces)",
+    "_snapshot": "torch.cuda.memory._snapshot (the allocator's segment and trace snapshot)",
+    "_dump_snapshot": "torch.cuda.memory._dump_snapshot",
+    "memory_snapshot": "torch.cuda.memory_snapshot (the allocator's segments)",
+    "caching_allocator_alloc": "torch.cuda.caching_allocator_alloc (raw device pointers)",
+    "caching_allocator_delete": "torch.cuda.caching_allocator_delete (raw device pointers)",
+    "set_per_process_memory_fraction": "torch.cuda.set_per_process_memory_fraction (an allocator limit)",
+    "change_current_allocator": "torch.cuda.memory.change_current_allocator (a custom allocator)",
+}
 
 
 def cuda_patches():
@@ -471,11 +548,23 @@ def cuda_patches():
         is_initialized=_true, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
         get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
         seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
-        memory_summary=memory_summary,
+        memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
+        is_current_stream_capturing=is_current_stream_capturing, ExternalStream=ExternalStream,
+        get_sync_debug_mode=get_sync_debug_mode, set_sync_debug_mode=set_sync_debug_mode,
+        graph_pool_handle=_refused("torch.cuda.graph_pool_handle (CUDA graphs)"),
+        current_blas_handle=_refused("torch.cuda.current_blas_handle (a raw cuBLAS handle)"),
     )
+    for name, what in _MEMORY_REFUSED.items():
+        if name in c.__dict__:
+            items[name] = _refused(what)
     out = [(c, k, v) for k, v in items.items()]
     out += _submodule_aliases(items)
-    out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range")]
+    out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range", "range_start",
+                                                    "range_end")]
+    import torch.cuda.memory as _memory
+    out += [(_memory, name, _refused(what)) for name, what in _MEMORY_REFUSED.items()
+            if hasattr(_memory, name) and name not in items]
+    out += _accelerator_memory_patches()
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
     # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's
@@ -514,6 +603,28 @@ def _submodule_aliases(items):
 
 
 CUDA_VERSION = "12.8"  # the CUDA of torch 2.8's default wheel (download.pytorch.org/whl/cu128)
+
+
+def _accelerator_memory_patches():
+    """torch.accelerator.memory's functions (torch 2.8+) read the device allocator through torch._C, which a CPU
+    build has none of for CUDA: the same figures as torch.cuda's (torch/accelerator/memory.py reads every one of
+    them from memory_stats)."""
+    acc = getattr(torch, "accelerator", None)
+    mod = getattr(acc, "memory", None) if acc is not None else None
+    if mod is None:
+        return []
+    faces = dict(empty_cache=empty_cache, memory_stats=memory_stats, reset_peak_memory_stats=reset_peak_memory_stats,
+                 reset_accumulated_memory_stats=reset_accumulated_memory_stats,
+                 get_memory_info=lambda device_index=None: mem_get_info(device_index))
+    out = []
+    for name, fn in faces.items():
+        orig = getattr(mod, name, None)
+        if orig is None:
+            continue
+        out.append((mod, name, fn))
+        if acc.__dict__.get(name) is orig:
+            out.append((acc, name, fn))
+    return out
 
 
 def nccl_version():

@@ -17,6 +17,8 @@ from ..engine.frames import capture_frames
 from ..engine.hazards import Access, Hazard
 from .op_info import op_info
 
+_TO_COPY = torch.ops.aten._to_copy.default
+
 
 class HostMemory:
     """CPU tensors written by asynchronous device-to-host copies, until the host is known to have waited.
@@ -70,6 +72,8 @@ class HostMemory:
         self._report(me, op, t, func, "write-after-read", host_writes=True)
 
     def check(self, me, func, args, kwargs):
+        if func is _TO_COPY and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
+            return  # a host-to-device copy: the DMA reads the buffer on its stream (check_device_read), not the host
         hits = []
         for a in _flat_tensors(args, kwargs):
             e = self.tensors.get(a.data_ptr())
@@ -81,13 +85,35 @@ class HostMemory:
                 continue  # the host waited for the copy
             self._report(me, op, t, func)
 
-    def _report(self, me, op, t, func, kind="host-read", host_writes=False):
+    def check_device_read(self, me, stream, src, h2d):
+        """A host-to-device copy `h2d` on `stream` reads pinned `src` when it runs: ordered after a pending
+        device-to-host copy into the same bytes only when `stream` knows that copy (the same stream, an event
+        wait, or a host sync before the launch); otherwise the DMA may read what the earlier copy has not
+        written yet (cudaMemcpyAsync is ordered in its stream only). Returns [(hazard, that copy)]: the hazard is
+        observed when that copy had not run when the DMA read (the caller checks as the DMA runs)."""
+        if not self.tensors or not src.numel():
+            return []
+        ptr = src.untyped_storage().data_ptr()
+        racing = []
+        for op, t in list(self.tensors.values()):
+            if t.untyped_storage().data_ptr() != ptr or op.stream is stream:
+                continue
+            if h2d.vc.get(op.stream.id, 0) >= op.seq:
+                continue
+            racing.append((self._report(me, op, src, h2d.name, kind="read-after-write", second_stream=stream.name,
+                                        second_frames=h2d.frames, second_seq=h2d.seq), op))
+        return racing
+
+    def _report(self, me, op, t, func, kind="host-read", host_writes=False, second_stream=None,
+                second_frames=None, second_seq=None):
         """A hazard between device op `op` and a host access to CPU tensor `t` (observed if op had not run)."""
         dtype = str(t.dtype).replace("torch.", "")
         first = Access(rank=me.rank, stream=op.stream.name, op=op.name, is_write=not host_writes,
                        shape=tuple(t.shape), dtype=dtype, frames=op.frames, seq=op.seq)
-        second = Access(rank=me.rank, stream=f"rank{me.rank}/host", op=str(func).replace("aten.", ""),
-                        is_write=host_writes, shape=tuple(t.shape), dtype=dtype, frames=capture_frames(), seq=0)
+        second = Access(rank=me.rank, stream=second_stream or f"rank{me.rank}/host",
+                        op=str(func).replace("aten.", ""), is_write=host_writes, shape=tuple(t.shape), dtype=dtype,
+                        frames=second_frames if second_frames is not None else capture_frames(),
+                        seq=second_seq or 0)
         key = (kind, first.site, second.site)
         h = self.detector.hazards.get(key)
         if h is None:
@@ -98,8 +124,9 @@ class HostMemory:
             self.detector.order.append(h)
         else:
             h.count += 1
-        if not op.done:
+        if not op.done and second_stream is None:
             h.observed = True
+        return h
 
 
 def _flat_tensors(args, kwargs):

@@ -49,12 +49,23 @@ class SimGenerator(_Generator):
         return self._sim_seed if hasattr(self, "_sim_seed") else super().initial_seed()
 
     def get_state(self):
-        """16 bytes, (seed, offset), like the state of CUDA's Philox generator."""
-        return torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
+        """A CPU generator's own state. A device generator's: (seed, offset) in 16 bytes, like CUDA's Philox state,
+        then the CPU state underneath: torch hands an op a generator of its own wrapper (a plain
+        torch._C.Generator), so random ops called with an explicit generator draw their launch seed from that CPU
+        state (launch_seed), and a replay must restore its position too."""
+        if self._sim_device.type == "cpu":
+            return super().get_state()
+        head = torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
+        return torch.cat([head, super().get_state()])
 
     def set_state(self, state):
-        seed, off = state.view(torch.int64).tolist()
-        super().manual_seed(seed)
+        if self._sim_device.type == "cpu":
+            return super().set_state(state)
+        seed, off = state[:16].view(torch.int64).tolist()
+        if state.numel() > 16:
+            super().set_state(state[16:].clone())
+        else:
+            super().manual_seed(seed)
         self._sim_seed, self._sim_offset = int(seed), int(off)
         return self
 

@@ -7,8 +7,9 @@ ATen Copy.cu `copy_device_to_device`):
 - a host-to-device copy with non_blocking=False blocks the host until it completes on the current stream
   (ATen Copy.cu: cudaMemcpyAsync then cudaStreamSynchronize, `memcpy_and_sync`), so the host is ordered after
   everything queued there before it; with non_blocking=True from pageable memory it is staged at the call (the
-  host buffer may change at once after, no sync); from pinned memory with non_blocking=True the DMA reads the
-  host buffer when it runs;
+  host buffer may change at once after, no sync); from pinned memory the DMA reads the host buffer when it runs,
+  in its stream's order (so after a non_blocking device-to-host copy into that buffer queued before it on the same
+  stream; unordered with one on another stream), and with non_blocking=False the host then waits;
 - a copy between two devices runs on the source's current stream after it waits for the destination's, and the
   destination's current stream then waits for the copy.
 """
@@ -72,10 +73,15 @@ def _to_copy(me, func, args, kwargs):
     dev = _factory_device(me, tdev)
     stream = me.current_stream(dev.index)
     hr = me.host_memory
-    if kwargs.get("non_blocking") and hr.is_pinned(src):
-        # host -> device from pinned memory, non_blocking: the DMA reads the host buffer when it runs
+    if hr.is_pinned(src):
+        # host -> device from pinned memory: the DMA reads the host buffer when it runs (memcpy_and_sync: then
+        # the host waits, unless non_blocking)
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
-        return _h2d_async(me, stream, allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype), src)
+        out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
+        op = _h2d_async(me, stream, out, src)
+        if not kwargs.get("non_blocking"):
+            me.wait_op(op, "host-to-device copy")
+        return out
     # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
@@ -87,12 +93,23 @@ def _to_copy(me, func, args, kwargs):
 
 
 def _h2d_async(me, stream, dst, src):
-    """A non_blocking copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write
-    to `src` before the host has waited for it is a race (HostReads.check_writes)."""
+    """A copy from pinned host memory: the DMA reads the host buffer when it runs, so a host write to `src`
+    before the host has waited for it is a race (HostReads.check_writes), and so is a read of bytes a
+    device-to-host copy on another stream has not been ordered before (HostMemory.check_device_read).
+    Returns the op."""
     di = dst._inner
-    op = launch(me, stream, "copy_h2d_async", "h2d", lambda: di.copy_(src), (), (dst,), _nbytes((dst,)))
-    me.host_memory.pending_source(op, src)
-    return dst
+    racing = []
+
+    def dma():
+        for h, d2h in racing:
+            if not d2h.done:
+                h.observed = True  # the earlier copy had not written the bytes this DMA read
+        di.copy_(src)
+    op = launch(me, stream, "copy_h2d_async", "h2d", dma, (), (dst,), _nbytes((dst,)))
+    hr = me.host_memory
+    racing += hr.check_device_read(me, stream, src, op)
+    hr.pending_source(op, src)
+    return op
 
 
 def _d2h_async(me, src, dst):
@@ -140,9 +157,12 @@ def _copy_(me, func, args, kwargs):
         d = _sim_of(dst)
         di = d._inner
         hr = me.host_memory
-        if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and isinstance(src, torch.Tensor) \
-                and hr.is_pinned(src):
-            _h2d_async(me, me.current_stream(d._dev.index), d, src)
+        if isinstance(src, torch.Tensor) and hr.is_pinned(src):
+            # from pinned memory: the DMA reads the buffer when it runs (memcpy_and_sync: the host then waits,
+            # unless non_blocking), in stream order after a pending device-to-host copy into it
+            op = _h2d_async(me, me.current_stream(d._dev.index), d, src)
+            if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
+                me.wait_op(op, "host-to-device copy")
             return dst
         snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
         op = launch(me, me.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
