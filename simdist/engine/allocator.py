@@ -178,15 +178,15 @@ class DeviceMemory:
     def malloc(self, nbytes, stream):
         if self.pending_frees:
             self._process_pending_frees()
-        size = round_size(max(nbytes, 1))
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else (nbytes + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK  # round_size
         small = size <= SMALL_SIZE
         pool = self.pools.get((stream.id, small))
         block = None
         if pool:
             i = bisect.bisect_left(pool, (size,))
             if i < len(pool):
-                block = pool[i][4]
-                self._remove(block)
+                block = pool.pop(i)[4]  # _remove, at the index just found
+                block.pool_key = None
         if block is None:
             seg_bytes = segment_size(size)
             seg = Segment(len(self.segments), seg_bytes, stream, small, self.poison_byte)

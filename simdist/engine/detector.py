@@ -132,15 +132,15 @@ class Detector:
         # and a next owner's access from another stream races that owner's first write instead (see
         # _shadowed): only other streams' accesses can make a reuse race. Keep those, one hull per op.
         own = alloc.stream
-        seen = set()
-        recs = []
-        for r in alloc.records:
-            if r.op.stream is not own and id(r) not in seen:
-                seen.add(id(r))
-                recs.append(r)
+        recs = [r for r in alloc.records if r.op.stream is not own]
         alloc.records = []
         if not recs:
             return
+        if len(recs) > 1:  # a record listed twice is kept once, where it came first
+            unique = {}
+            for r in recs:
+                unique.setdefault(id(r), r)
+            recs = list(unique.values())
         if len(recs) > 16:
             recs = _hull_per_op(recs)
         g = block.segment.graveyard
@@ -186,7 +186,7 @@ class Detector:
                     if not (rop.stream is op.stream and contig and lo <= r.lo and r.hi <= hi):
                         keep.append(r)
                     continue
-                o = ordered(rop, op)
+                o = rop.seq <= op.seq if rop.stream is op.stream else ordered(rop, op)  # (ordered's first case inline)
                 if o:
                     # ordered before a covering write: nothing later can race it without racing us
                     if not (write and contig and lo <= r.lo and r.hi <= hi):

@@ -29,8 +29,7 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     if stream.host_ver != host.ver:
         stream.sync_host(host)
     op = Op(stream, name, kind, host.clock, fn)
-    stream.seq += 1
-    op.seq = stream.seq
+    op.seq = stream.seq = seq = stream.seq + 1
     op.vc = stream.vc
     op.frames = capture_frames(20, skip)  # deep enough to reach the program through a library and nn.Module
     if coll is not None:
@@ -38,9 +37,12 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
         coll.arrive(rank, op)
         dur = 0
     else:
-        key = (rank.rank, stream.name, op.seq)
+        key = (rank.rank, stream.name, seq)
         if dur is None:
-            dur = rank.policy.kernel(key, KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS + flops // FLOPS_PER_NS)
+            base = KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS
+            if flops:
+                base += flops // FLOPS_PER_NS
+            dur = rank.policy.kernel(key, base)
         rank.schedule_log[key] = dur
     op.dur = dur
     tail = stream.tail
@@ -66,7 +68,7 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     detector = rank.detector
     for t in writes:
         alloc, span = t._alloc, t._span
-        rmw = bool(reads) and _among(t, reads)  # read-modify-write: an in-place op or in-place collective
+        rmw = _among(t, reads)  # read-modify-write: an in-place op or in-place collective
         if span is not None and not alloc.records:  # Detector.access on untouched bytes (a fresh output)
             alloc.records = [AccessRecord(op, span[0], span[1], True, alloc.id, span[2], t._inner, rmw)]
         else:
@@ -74,8 +76,8 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     for t in reads:
         if not _among(t, writes):
             detector.access(op, t._inner, t._alloc, False, t._span)
-    rank.launches += 1
-    if rank.launches % DRAIN_EVERY == 0:
+    launches = rank.launches = rank.launches + 1
+    if launches % DRAIN_EVERY == 0:
         rank.drain_safe()
     return op
 

@@ -106,7 +106,8 @@ class Rank:
         not past the start of an own collective side whose peers have not all started (the collective's data moves
         then), not past a collective's end before every participant's inputs are in. Returns whether it ran
         anything."""
-        limit = self.collectives.drain_limit()
+        collectives = self.collectives
+        limit = collectives.drain_limit()
         if limit is not None:
             frontier = min(frontier, max(limit, self.floor))
         q = self.queue
@@ -147,9 +148,10 @@ class Rank:
                 else:
                     return True if ran else False  # a collective's end waits for its peers' inputs
                 ran = True
-                limit = self.collectives.drain_limit()
-                if limit is not None and limit < frontier:
-                    frontier = max(limit, self.floor)
+                if collectives.pending:  # (drain_limit is None without pending collectives: no call per kernel)
+                    limit = collectives.drain_limit()
+                    if limit is not None and limit < frontier:
+                        frontier = max(limit, self.floor)
         if frontier > q.now and frontier != INF:
             q.now = frontier
         return ran

@@ -204,6 +204,33 @@ def allocate(dev, stream, shape, stride, dtype):
     return t
 
 
+class _Layout:
+    """An output layout known from the spec cache, with what allocate derives from it computed once."""
+
+    __slots__ = ("spec", "shape", "stride", "dtype", "nbytes", "dense")
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.shape, self.stride, self.dtype = spec
+        self.nbytes = _extent_bytes(*spec)
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        self.dense = n == self.nbytes  # no byte of the extent is skipped
+
+
+def _allocate_layout(dev, stream, lay):
+    """allocate() for a cached layout: the same tensor, span and allocator calls."""
+    nbytes = lay.nbytes
+    alloc = dev.memory.malloc(nbytes, stream)
+    t = SimTensor(view_bytes(alloc, lay.shape, lay.stride, lay.dtype), dev, alloc, False, lay.shape, lay.stride, 0,
+                  lay.spec)
+    if nbytes:
+        lo = alloc.block.offset
+        t._span = (lo, lo + nbytes, lay.dense)
+    return t
+
+
 def allocate_like_contiguous(dev, stream, shape, dtype):
     stride = torch._prims_common.make_contiguous_strides_for(shape) if len(shape) else ()
     return allocate(dev, stream, tuple(shape), tuple(stride), dtype)
@@ -461,7 +488,7 @@ def _functional(me, func, info, args, kwargs):
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
     if (not kwargs and not is_seq and info.out_variant is not None and not info.random and specs[0] is not None
             and not unwrapped.cpu_tensors and unwrapped.key is not None):
-        _FAST_SPECS[(id(func), *unwrapped.key)] = specs[0]  # later calls with this signature take _fast_functional
+        _FAST_SPECS[(id(func), *unwrapped.key)] = _Layout(specs[0])  # later calls with it take _fast_functional
     if info.has_generator:
         _with_generator(info, unwrapped, dev)
     seed = _random_seed(info, dev) if info.random else None
@@ -530,14 +557,14 @@ def _fast_functional(me, info, args):
             return _MISS
     if dev is None or dev.rank != me.rank:
         return _MISS
-    spec = _FAST_SPECS.get(tuple(key))
-    if spec is None:
+    lay = _FAST_SPECS.get(tuple(key))
+    if lay is None:
         return _MISS
     stream = me.current_streams.get(dev.index)
     if stream is None:
         stream = dev.default_stream
-    out = allocate(dev, stream, *spec)
-    nbytes += out._alloc.nbytes
+    out = _allocate_layout(dev, stream, lay)
+    nbytes += lay.nbytes
     launch(me, stream, info.name, "kernel", partial(info.out_op, *cargs, out=out._inner), sims, (out,),
            nbytes, _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
     return out

@@ -40,7 +40,7 @@ _aten = torch.ops.aten
 
 class SimTensor(torch.Tensor):
     @staticmethod
-    def __new__(cls, inner, dev, alloc, requires_grad=False, shape=None, stride=None, offset=None):
+    def __new__(cls, inner, dev, alloc, requires_grad=False, shape=None, stride=None, offset=None, spec=None):
         if shape is None:  # a view: derive its metadata from the CPU view
             shape, stride = inner.shape, inner.stride()
             base = alloc.block.offset // inner.element_size() if alloc.block is not None else 0
@@ -51,7 +51,8 @@ class SimTensor(torch.Tensor):
         r._inner = inner
         r._dev = dev
         r._alloc = alloc
-        r._spec = (shape, stride, inner.dtype)  # the output-shape cache key of this argument
+        # the output-shape cache key of this argument (spec: the same tuple, when the caller has it already)
+        r._spec = (shape, stride, inner.dtype) if spec is None else spec
         r._span = None  # (lo, hi, dense) bytes of the segment, when known without asking the view
         views = alloc.views
         views.append(_ref(r))  # a storage resize moves every view of the bytes (rebind_views)
