@@ -644,3 +644,51 @@ def test_h2d_from_pinned_reads_in_stream_order():
             assert not res.hazards and res.returns[0], (how, seed, res.report())
             res = simdist.run(fn, seed=seed, kwargs={"stream_kind": "other", "how": how})
             assert kinds(res) == ["read-after-write"], (how, seed, res.report())
+
+
+def test_checkpoint_recompute_replays_cuda_dropout_mask():
+    """Rule: torch.utils.checkpoint with preserve_rng_state=True (the default) saves the CUDA RNG state in the
+    forward and restores it for the recomputation, so dropout draws the same mask (torch/utils/checkpoint.py:
+    get_device_states / set_device_states, done only when `torch.cuda._initialized`, had_device_in_fwd). simdist
+    left `_initialized` False (a CPU build's): the recomputed mask differed and the gradients were silently
+    wrong (corpus m29)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def fn(reentrant):
+        x = torch.ones(1000, device="cuda", requires_grad=True)
+        y = checkpoint(lambda t: torch.nn.functional.dropout(t, 0.5, training=True) * 3, x,
+                       use_reentrant=reentrant)
+        y.sum().backward()
+        return torch.equal((y.detach() != 0).cpu(), (x.grad != 0).cpu())
+    for reentrant in (False, True):
+        res = simdist.run(fn, kwargs={"reentrant": reentrant})
+        assert res.returns[0] and not res.hazards
+
+
+def test_generator_get_state_set_state_replays():
+    """Rule: Generator.set_state(g.get_state()) puts the generator back where it was, so the next draws repeat
+    (torch.Generator.get_state / set_state; torch.cuda.get_rng_state / set_rng_state for the default CUDA
+    generator). simdist's generators once returned (seed, offset) for a CPU generator and for a
+    torch.Generator(device='cuda') whose ops draw from the CPU state underneath: set_state restarted the
+    sequence from the seed (corpus m27)."""
+    def fn():
+        out = []
+        g = torch.Generator().manual_seed(3)
+        torch.randn(7, generator=g)
+        st = g.get_state()
+        a = torch.randn(5, generator=g)
+        g.set_state(st)
+        out.append(torch.equal(a, torch.randn(5, generator=g)))
+        gc = torch.Generator(device="cuda").manual_seed(3)
+        torch.rand(7, device="cuda", generator=gc)
+        st = gc.get_state()
+        a = torch.randint(0, 100, (64,), device="cuda", generator=gc)
+        gc.set_state(st)
+        out.append(torch.equal(a.cpu(), torch.randint(0, 100, (64,), device="cuda", generator=gc).cpu()))
+        torch.rand(3, device="cuda")
+        st = torch.cuda.get_rng_state()
+        a = torch.nn.functional.dropout(torch.ones(64, device="cuda"), 0.5)
+        torch.cuda.set_rng_state(st)
+        out.append(torch.equal(a.cpu(), torch.nn.functional.dropout(torch.ones(64, device="cuda"), 0.5).cpu()))
+        return out
+    assert simdist.run(fn).returns[0] == [True, True, True]

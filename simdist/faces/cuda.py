@@ -559,6 +559,10 @@ def cuda_patches():
             items[name] = _refused(what)
     out = [(c, k, v) for k, v in items.items()]
     out += _submodule_aliases(items)
+    # CUDA has been initialized in a simulated rank: torch.utils.checkpoint saves and restores the device RNG
+    # states only when `torch.cuda._initialized` (checkpoint.py: had_device_in_fwd), else its recomputation
+    # draws new dropout masks
+    out.append((c, "_initialized", True))
     out += [(c.nvtx, k, getattr(nvtx, k)) for k in ("range_push", "range_pop", "mark", "range", "range_start",
                                                     "range_end")]
     import torch.cuda.memory as _memory
