@@ -210,11 +210,13 @@ class DeviceMemory:
         if end > seg.hwm:
             seg.data[seg.hwm:end].fill_(seg.poison)
             seg.hwm = end
-        self.allocated_bytes += block.size
-        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+        allocated = self.allocated_bytes = self.allocated_bytes + block.size
+        if allocated > self.peak_bytes:
+            self.peak_bytes = allocated
         self.next_alloc_id += 1
         alloc = Allocation(self, block, nbytes, stream, self.next_alloc_id)
-        self.owner.detector.on_malloc(alloc)
+        if seg.graveyard:  # (Detector.on_malloc has nothing to do without freed records in the segment)
+            self.owner.detector.on_malloc(alloc)
         return alloc
 
     def reallocate(self, alloc, nbytes, stream):
