@@ -253,3 +253,48 @@ def test_a_script_that_consumes_sys_argv_sees_its_own_arguments_on_every_rank(tm
                       "assert args == ['--x', '1'], args\n")
     res = simdist.run_script(str(script), world_size=2, argv=["--x", "1"])
     assert res.hazards == []
+
+
+def test_cuda_surface_not_modelled_is_refused_by_name():
+    """What simdist does not model raises UnsupportedOperation naming it (was torch's raw AttributeError or
+    RuntimeError of a CPU build): external streams, IPC events, allocator snapshots and raw pointers, memory
+    fractions, sync debug modes other than the default; what libraries merely ask answers as on a GPU
+    (is_current_stream_capturing() outside a capture, nvtx ranges, accelerator memory figures), and pinning a
+    device tensor raises torch's own error."""
+    from simdist import UnsupportedOperation
+
+    def fn():
+        refused = []
+        calls = {
+            "ExternalStream": lambda: torch.cuda.ExternalStream(1234),
+            "ipc_handle": lambda: torch.cuda.Event(interprocess=True).ipc_handle(),
+            "_record_memory_history": lambda: torch.cuda.memory._record_memory_history(),
+            "_snapshot": lambda: torch.cuda.memory._snapshot(),
+            "memory_snapshot": lambda: torch.cuda.memory_snapshot(),
+            "caching_allocator_alloc": lambda: torch.cuda.caching_allocator_alloc(64),
+            "set_per_process_memory_fraction": lambda: torch.cuda.set_per_process_memory_fraction(0.5),
+            "set_sync_debug_mode": lambda: torch.cuda.set_sync_debug_mode("error"),
+            "graph_pool_handle": lambda: torch.cuda.graph_pool_handle(),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+            except UnsupportedOperation:
+                refused.append(name)
+        torch.cuda.set_sync_debug_mode(0)
+        h = torch.cuda.nvtx.range_start("r")
+        torch.cuda.nvtx.range_end(h)
+        x = torch.ones(256, device="cuda")
+        try:
+            x.pin_memory()
+            pinned_error = None
+        except RuntimeError as e:
+            pinned_error = str(e)
+        return (refused, torch.cuda.is_current_stream_capturing(), torch.cuda.get_sync_debug_mode(),
+                torch.accelerator.memory_allocated() == torch.cuda.memory_allocated() > 0, pinned_error)
+    refused, capturing, mode, same, pinned_error = simdist.run(fn).returns[0]
+    assert refused == ["ExternalStream", "ipc_handle", "_record_memory_history", "_snapshot", "memory_snapshot",
+                       "caching_allocator_alloc", "set_per_process_memory_fraction", "set_sync_debug_mode",
+                       "graph_pool_handle"]
+    assert capturing is False and mode == 0 and same
+    assert "only dense CPU tensors can be pinned" in pinned_error

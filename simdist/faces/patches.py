@@ -70,6 +70,9 @@ _orig_is_pinned = torch.Tensor.is_pinned
 def _pin_memory(self, device=None):
     me = current_rank()
     if me is not None:
+        if self.device.type == "cuda":
+            # aten _pin_memory has no CUDA kernel (Tensor.pin_memory of a device tensor raises on a GPU)
+            raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
         # a CPU build cannot page-lock: a copy in plain memory that the run remembers as pinned (async H2D
         # copies from it then read it when they run, as the DMA does)
         hr = me.host_memory
