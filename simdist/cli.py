@@ -223,6 +223,25 @@ def _unavailable(name, err):
     raise UsageError(f"simdist {name}: this command could not be loaded ({type(err).__name__}: {err})")
 
 
+def _program_traceback(e):
+    """A program's exception as the rank saw it: the rank process's traceback (a note the launcher adds) or the
+    exception's own, without simdist's frames between the command line and the program."""
+    import traceback
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    notes = [n for n in getattr(e, "__notes__", ()) if n.startswith("traceback of simulated rank")]
+    text = notes[0].split("\n", 1)[1] if notes else "".join(traceback.format_exception(e))
+    out, skip = [], False
+    for line in text.splitlines():
+        if line.startswith('  File "'):
+            skip = line[len('  File "'):].startswith(pkg)
+        elif not line.startswith("    "):
+            skip = False
+        if not skip:
+            out.append(line)
+    where = f" ({notes[0].split(chr(10), 1)[0].rstrip(':')})" if notes else ""
+    return "\n".join(out) + f"\nsimdist run: the program raised {type(e).__name__}{where}"
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = []
@@ -248,7 +267,9 @@ def main(argv=None):
     except Exception as e:  # noqa: BLE001 - simdist's named errors say everything in their text
         from simdist.engine.errors import SimulationError
         if not isinstance(e, SimulationError):
-            raise  # the program's own exception: its traceback is the program's
+            # the program's own exception: its traceback is the program's, not the command line's
+            print(_program_traceback(e), file=sys.stderr)
+            sys.exit(1)
         print(f"simdist: {type(e).__name__}: {e}", file=sys.stderr)
         for note in getattr(e, "__notes__", ()):
             if not note.startswith("traceback of simulated rank"):  # (simdist's own frames: the text says where)

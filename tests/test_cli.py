@@ -129,3 +129,23 @@ def test_bench_works_from_a_non_editable_install(tmp_path):
     helped = subprocess.run([sys.executable, "-m", "simdist", "bench", "--help"], capture_output=True, text=True,
                             env=env, cwd=tmp_path, timeout=300)
     assert helped.returncode == 0 and "--quick" in helped.stdout, helped.stderr
+
+
+@pytest.mark.parametrize("transport", ["processes", "threads"])
+def test_a_programs_exception_prints_the_programs_traceback_and_status_1(tmp_path, transport):
+    # the program's own error is the program's traceback (its frames, the rank it happened on), not the
+    # command line's frames through simdist
+    script = tmp_path / "raises.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "def main():\n"
+                      "    dist.init_process_group('nccl')\n"
+                      "    if dist.get_rank() == 1:\n"
+                      "        raise ValueError('bad shape from the program')\n"
+                      "    dist.barrier()\n"
+                      "main()\n")
+    out = _simdist("run", str(script), "-n", "2", "--transport", transport)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "ValueError: bad shape from the program" in out.stderr
+    assert f'File "{script}", line 5, in main' in out.stderr
+    assert "simdist/cli.py" not in out.stderr and "simdist/api.py" not in out.stderr, out.stderr
+    assert out.stderr.rstrip().splitlines()[-1].startswith("simdist run: the program raised ValueError")

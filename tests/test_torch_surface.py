@@ -218,6 +218,37 @@ def test_data_assignment_makes_a_parameter_view_other_bytes():
         assert torch.equal(g, w), (g, w)
 
 
+def test_data_assignment_across_the_host_and_the_device_keeps_the_object():
+    # `t.data = t.to(device)` moves t in place on a GPU (torch's set_data: same object, class, attributes,
+    # requires_grad; new device and bytes): torch FSDP2 moves a host-built module's parameters so
+    # (torch/distributed/fsdp/_fully_shard/_fsdp_init.py _move_states_to_device). simdist once left a host
+    # Parameter holding a simulated tensor's metadata, and its next op ran into the CPU build's missing CUDA
+    # kernels (NotImplementedError: aten::as_strided ... 'CUDA' backend).
+    def prog(dev):
+        p = torch.nn.Parameter(torch.arange(6.).view(2, 3))
+        p.partition_dim = 1
+        buf = torch.ones(3)
+        p_id, buf_id = id(p), id(buf)
+        p.data = p.to(dev)
+        buf.data = buf.to(dev) * 2
+        moved = (isinstance(p, torch.nn.Parameter), p.requires_grad, p.partition_dim, p.device.type,
+                 buf.device.type)
+        y = (p * buf).sum()
+        y.backward()
+        grad = p.grad.cpu()
+        p.grad = None
+        p.data = p.data.cpu()  # and back to the host
+        back = (isinstance(p, torch.nn.Parameter), p.device.type, p.partition_dim)
+        return id(p) == p_id and id(buf) == buf_id, moved, y.item(), grad, back, p.detach().clone()
+
+    got, = simdist.run(prog, args=("cuda",)).returns
+    want = prog("cpu")
+    assert got[0] and want[0]
+    assert got[1] == (True, True, 1, "cuda", "cuda") and want[1][:3] == got[1][:3]
+    assert got[2] == want[2] and torch.equal(got[3], want[3])
+    assert got[4] == (True, "cpu", 1) and torch.equal(got[5], want[5])
+
+
 def test_tensor_of_device_scalars_and_cuda_rng_state():
     # torch.tensor([cuda 0-d tensors]) reads each element (a synchronizing copy) and makes a CPU tensor unless a
     # device is given; torch.cuda.random.get_rng_state (the module torch.cuda's own re-exports come from)

@@ -296,6 +296,58 @@ def _swap_tensors(t1, t2):
             t._span = None
 
 
+_TENSOR_DATA = torch._C.TensorBase.data  # torch's own `data` descriptor (set_data)
+_SIM_INTERNALS = frozenset(("_inner", "_dev", "_alloc", "_spec", "_span"))
+
+
+def _tensor_data_get(self):
+    return _TENSOR_DATA.__get__(self)
+
+
+def _tensor_data_set(self, new):
+    """`t.data = new` where one side is simulated and the other a host tensor: on a GPU set_data moves t to new's
+    device and bytes and keeps the object (its Python class, attributes, version counter, `requires_grad`);
+    torch's FSDP2 moves a host-built module's parameters so (_fsdp_init.py _move_states_to_device), and a
+    user's `p.data = p.data.cpu()` is the reverse. A host tensor cannot take a simulated tensor's data in
+    place (different tensor types: its ops would dispatch to a CUDA kernel the CPU build lacks), so the object
+    is swapped with an alias of `new` of its own kind, as Module._apply's swap path does (_module_apply)."""
+    if isinstance(new, torch.Tensor) and isinstance(new, SimTensor) != isinstance(self, SimTensor) \
+            and current_rank() is not None:
+        _set_data_by_swap(self, new)
+        return
+    _TENSOR_DATA.__set__(self, new)
+
+
+def _set_data_by_swap(self, new):
+    was_sim = isinstance(self, SimTensor)
+    attrs = {k: v for k, v in self.__dict__.items() if not (was_sim and k in _SIM_INTERNALS)}
+    versions = _versions(self)
+    grad = self.grad
+    requires_grad = self.requires_grad
+    with torch.no_grad():
+        alias = new.detach()  # the same bytes, a leaf (set_data takes new's data, not its graph)
+    if isinstance(self, torch.nn.Parameter):
+        alias = torch.nn.Parameter(alias, requires_grad=requires_grad)
+    elif requires_grad:
+        alias.requires_grad_(True)
+    if grad is not None:
+        self.grad = None  # (a grad of the old device cannot sit on the moved tensor; set back below)
+    _swap_tensors(self, alias)
+    for k, v in attrs.items():
+        if k not in self.__dict__:
+            self.__dict__[k] = v
+    if grad is not None:
+        try:
+            self.grad = grad
+        except RuntimeError as e:  # a grad of the other device: set_data keeps it on a GPU, a swap cannot
+            raise UnsupportedOperation(f"`t.data = new` across the host and a simulated device while t has a "
+                                       f"gradient on the old device is not modelled by simdist ({e}); set "
+                                       "t.grad = None first") from e
+    if _versions(self) != versions:
+        ts = [t for t in (self, self.grad) if t is not None]
+        torch._C._autograd._unsafe_set_version_counter(tuple(ts), tuple(v for v in versions if v is not None))
+
+
 def _swaps_in_module_apply(t):
     src = getattr(_apply_input, "tensor", None)
     if src is not None and isinstance(src, SimTensor) != isinstance(t, SimTensor):
@@ -395,6 +447,7 @@ def _patch_list():
         (torch.nn.Module, "_apply", _module_apply),
         (_nn_module, "is_traceable_wrapper_subclass", _swaps_in_module_apply),
         (torch.utils, "swap_tensors", _swap_tensors),
+        (torch.Tensor, "data", property(_tensor_data_get, _tensor_data_set)),
         (torch.storage.TypedStorage, "__reduce__", _storage_reduce),
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
     ]
