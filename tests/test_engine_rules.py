@@ -692,3 +692,27 @@ def test_generator_get_state_set_state_replays():
         out.append(torch.equal(a.cpu(), torch.nn.functional.dropout(torch.ones(64, device="cuda"), 0.5).cpu()))
         return out
     assert simdist.run(fn).returns[0] == [True, True, True]
+
+
+def test_torch_save_of_pending_pinned_copy_is_a_host_read():
+    """Rule: torch.save (and pickling a tensor, which goes through it) reads each CPU storage's bytes at the call
+    (torch/serialization.py _save: location_tag, then zip_file.write_record of the storage), so saving a pinned
+    buffer that a non_blocking D2H copy has not been waited for is a host read, as .numpy() or .item() are;
+    after a synchronize it is clean. simdist once saved the stale bytes silently (corpus m44, m45)."""
+    import io
+    import pickle
+
+    def fn(sync, how):
+        x = torch.arange(1 << 14, dtype=torch.float32, device="cuda") * 2
+        buf = torch.empty(1 << 14, pin_memory=True)
+        buf.copy_(x, non_blocking=True)
+        if sync:
+            torch.cuda.synchronize()
+        if how == "save":
+            torch.save({"w": buf}, io.BytesIO())
+        else:
+            pickle.dumps(buf)
+        torch.cuda.synchronize()
+    for how in ("save", "pickle"):
+        assert kinds(simdist.run(fn, kwargs={"sync": False, "how": how})) == ["host-read"], how
+        assert not simdist.run(fn, kwargs={"sync": True, "how": how}).hazards, how

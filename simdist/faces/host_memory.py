@@ -85,6 +85,21 @@ class HostMemory:
                 continue  # the host waited for the copy
             self._report(me, op, t, func)
 
+    def check_storage(self, me, storage, what):
+        """Code that reads a CPU storage's bytes without an aten op (torch.save, pickling a tensor) reads them
+        now: a pending device-to-host copy into them is a host-read race, as any host read is."""
+        if not self.tensors or storage.device.type != "cpu" or not storage.nbytes():
+            return
+        lo, hi = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        for key, (op, t) in list(self.tensors.items()):
+            tp = t.untyped_storage().data_ptr()
+            if not lo <= tp < hi:
+                continue
+            del self.tensors[key]
+            if me.host.vc.get(op.stream.id, 0) >= op.seq:
+                continue  # the host waited for the copy
+            self._report(me, op, t, what)
+
     def check_device_read(self, me, stream, src, h2d):
         """A host-to-device copy `h2d` on `stream` reads pinned `src` when it runs: ordered after a pending
         device-to-host copy into the same bytes only when `stream` knows that copy (the same stream, an event
@@ -137,3 +152,21 @@ def _flat_tensors(args, kwargs):
             for x in a:
                 if isinstance(x, torch.Tensor):
                     yield x
+
+
+def location_tag_checked(orig):
+    """torch.serialization.location_tag, which torch.save (and so pickling a tensor) calls once for every storage
+    it writes, just before writing its bytes: the bytes a pending non_blocking device-to-host copy has not written
+    yet are a host read (HostMemory.check_storage)."""
+    from ..engine.context import current_rank
+
+    def location_tag(storage):
+        me = current_rank()
+        hr = getattr(me, "host_memory", None) if me is not None else None
+        if hr is not None and hr.tensors:
+            st = storage._untyped_storage if isinstance(storage, torch.storage.TypedStorage) else storage
+            if isinstance(st, torch.UntypedStorage):
+                hr.check_storage(me, st, "torch.save")
+        return orig(storage)
+    return location_tag
+

@@ -20,6 +20,7 @@ from . import guard
 from . import rules  # noqa: F401  (registers the op rules)
 from .cuda import cuda_patches
 from .dispatch import RankMode
+from .host_memory import location_tag_checked
 from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
@@ -435,6 +436,7 @@ def _patch_list():
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
         (torch, "load", _torch_load),
+        (torch.serialization, "location_tag", location_tag_checked(torch.serialization.location_tag)),
         (torch, "compile", _compile),
         (torch.cuda, "CUDAGraph", _RefusedCUDAGraph),
         (torch.cuda, "graph", _cuda_graphs_refused),
