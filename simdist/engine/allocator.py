@@ -163,9 +163,13 @@ class DeviceMemory:
 
     # --- pools -----------------------------------------------------------
     def _insert(self, block):
-        key = (block.segment.stream.id, block.segment.small)
+        seg = block.segment
+        key = (seg.stream.id, seg.small)
         block.pool_key = key
-        bisect.insort(self.pools.setdefault(key, []), (block.size, block.segment.id, block.offset, id(block), block))
+        pool = self.pools.get(key)
+        if pool is None:
+            pool = self.pools[key] = []
+        bisect.insort(pool, (block.size, seg.id, block.offset, id(block), block))
 
     def _remove(self, block):
         pool = self.pools[block.pool_key]
