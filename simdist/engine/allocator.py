@@ -242,13 +242,13 @@ class DeviceMemory:
     def free(self, alloc):
         if self.closed or alloc.block is None:
             return
-        host = self.owner.host  # the owning process's host, whichever thread dropped it
         # the bytes stop counting as allocated at free, even when reuse waits for recorded streams
         # (CUDACachingAllocator::free updates the stats before insert_events)
         self.allocated_bytes -= alloc.block.size
         if alloc.uses:
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
+            host = self.owner.host  # the owning process's host, whichever thread dropped it
             markers = [s.record_marker(host) for s in alloc.uses]
             self.pending_frees.append((alloc, markers))
             return
@@ -272,7 +272,8 @@ class DeviceMemory:
     def _release(self, alloc):
         block = alloc.block
         alloc.block = None
-        self.owner.detector.on_free(alloc, block)
+        if alloc.records:  # (Detector.on_free has nothing to keep from bytes never accessed)
+            self.owner.detector.on_free(alloc, block)
         block.allocated = False
         block.segment.live -= 1
         for nb in (block.prev, block.next):
