@@ -538,3 +538,37 @@ def test_ddp_unused_parameters_pinned_staging():
         assert not res.hazards, res.report()
         g0, pinned = res.returns[0]
         assert pinned and torch.allclose(g0, torch.full((2, 3), 3.0)), g0  # mean of 2 rows x (1, 2)
+
+
+def test_sync_batchnorm_cuda_only_kernels():
+    """torch.nn.SyncBatchNorm's CUDA-only kernels (batch_norm_stats, batch_norm_gather_stats_with_counts,
+    batch_norm_elemt, batch_norm_backward_reduce, batch_norm_backward_elemt: no CPU kernel, so simdist raised
+    torch's NotImplementedError) are computed from aten ops as Normalization.cuh defines them: SyncBatchNorm over
+    two ranks equals BatchNorm2d on the concatenated batch (output, input and parameter gradients, running
+    stats), as its docs state."""
+    def batch(r):
+        return torch.randn(3, 4, 2, 2, generator=torch.Generator().manual_seed(r)) * (r + 1) + r
+
+    def prog():
+        dist.init_process_group("nccl")
+        r = dist.get_rank()
+        torch.manual_seed(0)
+        bn = torch.nn.SyncBatchNorm(4).cuda()
+        x = batch(r).cuda().requires_grad_(True)
+        y = bn(x)
+        (y * torch.arange(4.0, device="cuda").reshape(1, 4, 1, 1)).sum().backward()
+        return (y.detach().cpu(), x.grad.cpu(), bn.weight.grad.cpu(), bn.running_mean.cpu(), bn.running_var.cpu())
+
+    res = simdist.run(prog, world_size=2)
+    assert not res.hazards, res.report()
+    ref = torch.nn.BatchNorm2d(4)
+    gx = torch.cat([batch(0), batch(1)]).requires_grad_(True)
+    y = ref(gx)
+    (y * torch.arange(4.0).reshape(1, 4, 1, 1)).sum().backward()
+    for r in range(2):
+        out, xg, wg, rm, rv = res.returns[r]
+        assert torch.allclose(out, y.detach()[3 * r:3 * r + 3], atol=1e-5)
+        assert torch.allclose(xg, gx.grad[3 * r:3 * r + 3], atol=1e-5)
+        assert torch.allclose(rm, ref.running_mean, atol=1e-6) and torch.allclose(rv, ref.running_var, atol=1e-5)
+    # each rank's weight gradient is its batch's share (DDP would all-reduce them): they sum to the global one
+    assert torch.allclose(res.returns[0][2] + res.returns[1][2], ref.weight.grad, atol=1e-4)

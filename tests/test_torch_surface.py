@@ -249,6 +249,55 @@ def test_data_assignment_across_the_host_and_the_device_keeps_the_object():
     assert got[4] == (True, "cpu", 1) and torch.equal(got[5], want[5])
 
 
+def test_torch_load_with_map_location_cuda_puts_host_tensors_on_the_device():
+    # torch.load(f, map_location="cuda") moves every storage to the device (torch/serialization.py
+    # default_restore_location), views of one storage stay views of one device storage, and weights_only=True
+    # (the default) allows it; a CPU build cannot make a CUDA storage, and simdist once failed there
+    # (RuntimeError: Storage device not recognized: cuda), e.g. in ZeroRedundancyOptimizer.consolidate_state_dict
+    import io
+
+    def prog():
+        buf = io.BytesIO()
+        a = torch.arange(6.)
+        torch.save({"a": a, "v": a[2:4], "s": torch.tensor(3.0), "i": torch.tensor([1, 2])}, buf)
+        out = {}
+        for where in ("cuda", {"cpu": "cuda:0"}, "cpu"):
+            buf.seek(0)
+            d = torch.load(buf, map_location=where)
+            d["a"][2] = 100.0  # "v" is a view of "a"'s storage
+            out[str(where)] = {k: (v.device.type, v.cpu().tolist()) for k, v in d.items()}
+        return out
+
+    got, = simdist.run(prog).returns
+    want = {"a": [0.0, 1.0, 100.0, 3.0, 4.0, 5.0], "v": [100.0, 3.0], "s": 3.0, "i": [1, 2]}
+    for where, device in (("cuda", "cuda"), ("{'cpu': 'cuda:0'}", "cuda"), ("cpu", "cpu")):
+        assert got[where] == {k: (device, v) for k, v in want.items()}, (where, got[where])
+    import torch._utils as tu
+    from torch import _weights_only_unpickler as wo
+    assert "simdist" not in tu._rebuild_tensor_v2.__code__.co_filename  # outside a run, torch's own again
+    assert wo._get_allowed_globals()["torch._utils._rebuild_tensor_v2"] is tu._rebuild_tensor_v2
+
+
+def test_torchscript_code_imported_inside_a_run_sees_torch_builtins():
+    # TorchScript resolves torch.tensor / torch.nonzero by identity as ATen builtins; simdist's replacements are
+    # registered as the same builtins while installed (torch.distributed.optim's @torch.jit.script functional
+    # optimizers failed to import inside a run: "Compiled functions can't take variable number of arguments")
+    def prog(dev):
+        import torch.distributed.optim  # noqa: F401
+
+        @torch.jit.script
+        def nz(x):
+            return torch.nonzero(x)
+
+        return nz(torch.tensor([0.0, 2.0, 0.0, 3.0], device=dev)).cpu()
+
+    import torch.jit._builtins as b
+    before = dict(b._get_builtin_table())
+    got, = simdist.run(prog, args=("cuda",)).returns
+    assert torch.equal(got, prog("cpu"))
+    assert b._get_builtin_table() == before  # simdist's entries are gone with its patches
+
+
 def test_tensor_of_device_scalars_and_cuda_rng_state():
     # torch.tensor([cuda 0-d tensors]) reads each element (a synchronizing copy) and makes a CPU tensor unless a
     # device is given; torch.cuda.random.get_rng_state (the module torch.cuda's own re-exports come from)

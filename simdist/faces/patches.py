@@ -223,6 +223,9 @@ def _compatible_shallow_copy(input: torch.Tensor, from_: torch.Tensor) -> bool: 
 # simulated tensor's data, so where one side is simulated, _apply takes its swap path (torch.utils.swap_tensors,
 # which keeps the object) and the attributes the object had are put back.
 import torch.nn.modules.module as _nn_module  # noqa: E402
+import torch.jit._builtins as _jit_builtins  # noqa: E402
+
+_JIT_REGISTERED = []  # replacements registered as TorchScript builtins while installed (the table keys by id)
 
 _orig_module_apply = torch.nn.Module._apply
 _orig_is_wrapper_subclass = _nn_module.is_traceable_wrapper_subclass
@@ -418,11 +421,95 @@ def _torch_load(f, map_location=None, *args, **kwargs):
     # simulated CUDA tensors are pickled as CPU bytes plus their device (SimTensor.__reduce_ex__): their rebuild
     # needs the map_location that torch.load applies to storages
     prev = getattr(_load_map_location, "value", None)
+    prev_moves = getattr(_load_moves, "value", None)
     _load_map_location.value = map_location
+    inner = map_location
+    if current_rank() is not None and map_location is not None and not callable(map_location):
+        # torch.load(..., map_location="cuda") of host storages (a checkpoint of CPU tensors, an object a
+        # collective sent as bytes: ZeroRedundancyOptimizer's _broadcast_object) moves each storage to the
+        # device, which a CPU build cannot make: the storages stay on the host and each tensor rebuilt on one is
+        # put on the device after (_rebuild_tensor_v2 below), the views of one storage on one device buffer
+        _load_moves.value = {}
+        inner = _StoragesStayOnHost(map_location, _load_moves.value)
     try:
-        return _orig_load(f, map_location, *args, **kwargs)
+        return _orig_load(f, inner, *args, **kwargs)
     finally:
         _load_map_location.value = prev
+        _load_moves.value = prev_moves
+
+
+_load_moves = threading.local()  # storage data_ptr -> [device, its device buffer]: the torch.load in progress
+
+
+class _StoragesStayOnHost:
+    """A map_location callable: where torch.load would put a storage (the user's map_location applied to the
+    storage's saved location), noted; a storage bound for a simulated device stays on the host."""
+
+    def __init__(self, map_location, moves):
+        self.map_location, self.moves = map_location, moves
+
+    def __call__(self, storage, location):
+        m = self.map_location
+        target = torch.device(m.get(location, location) if isinstance(m, dict) else m)
+        if target.type == "cuda":
+            self.moves[storage.data_ptr()] = [target, None, storage]
+            return storage
+        return torch.serialization.default_restore_location(storage, str(target))
+
+
+_orig_rebuild_tensor_v2 = torch._utils._rebuild_tensor_v2
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad, backward_hooks, metadata=None):
+    """torch._utils._rebuild_tensor_v2 (what torch.load calls for every tensor), then, for a storage the load in
+    progress keeps on the host for a simulated device, the same view of that storage's bytes on the device."""
+    moves = getattr(_load_moves, "value", None)
+    t = _orig_rebuild_tensor_v2(storage, storage_offset, size, stride, False if moves else requires_grad,
+                                backward_hooks, metadata)
+    if not moves:
+        return t
+    host = storage._untyped_storage if isinstance(storage, torch.storage.TypedStorage) else storage
+    entry = moves.get(host.data_ptr()) if isinstance(host, torch.UntypedStorage) else None
+    if entry is not None:
+        target, flat, _ = entry
+        if flat is None:
+            entry[1] = flat = torch.empty(0, dtype=torch.uint8).set_(host).to(target)
+        t = torch.empty(0, dtype=t.dtype, device=target).set_(flat.untyped_storage(), t.storage_offset(), t.size(),
+                                                               t.stride())
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+# files a run saves name torch's function (what a pickle of a tensor refers to), which outside a run is torch's own
+_rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+
+
+class _Entries:
+    """A dict's items as attributes, so that a patch can replace one entry and put it back."""
+
+    def __init__(self, d):
+        object.__setattr__(self, "_d", d)
+
+    def __getattr__(self, name):
+        try:
+            return self._d[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self._d[name] = value
+
+    def __delattr__(self, name):
+        del self._d[name]
+
+
+def _weights_only_allowed():
+    # torch.load(weights_only=True), the default, calls only allow-listed rebuild functions, from a dict built
+    # once (functools.lru_cache): built here, before the patch, it holds torch's own function, whose entry the
+    # patch replaces by simdist's for the run and puts back after
+    from torch import _weights_only_unpickler
+    return _Entries(_weights_only_unpickler._get_allowed_globals())
 
 
 def _patch_list():
@@ -436,6 +523,8 @@ def _patch_list():
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
         (torch, "load", _torch_load),
+        (torch._utils, "_rebuild_tensor_v2", _rebuild_tensor_v2),
+        (_weights_only_allowed(), "torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
         (torch.serialization, "location_tag", location_tag_checked(torch.serialization.location_tag)),
         (torch, "compile", _compile),
         (torch.cuda, "CUDAGraph", _RefusedCUDAGraph),
@@ -510,9 +599,11 @@ class Installed:
             saved = []
             try:
                 for owner, name, new in _patch_list():
-                    saved.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type)
-                                  else getattr(owner, name, _MISSING)))
+                    old = (owner.__dict__.get(name, _MISSING) if isinstance(owner, type)
+                           else getattr(owner, name, _MISSING))
+                    saved.append((owner, name, old))
                     setattr(owner, name, new)
+                    _as_jit_builtin(new, old)
                 self.guard = guard.set_enabled(True) if guard.available() else False
                 # c10d's registry of groups by name: one per rank thread (as torch's threaded test groups do)
                 self.isolation = _set_thread_isolation(True)
@@ -568,7 +659,25 @@ def _set_thread_isolation(on):
     return True
 
 
+def _as_jit_builtin(new, old):
+    """A replaced function TorchScript knows as an ATen builtin (torch.tensor, torch.nonzero, torch.load) stays that
+    builtin while it is replaced: TorchScript looks functions up by identity, and would otherwise try to compile
+    simdist's Python wrapper (`@torch.jit.script` code imported inside a run: torch.distributed.optim's functional
+    optimizers fail to import). Script code then calls the ATen op, which the dispatch mode sees as usual."""
+    op = _jit_builtins._find_builtin(old) if old is not _MISSING else None
+    if op is not None:
+        _jit_builtins._register_builtin(new, op)
+        _JIT_REGISTERED.append(new)
+
+
+def _forget_jit_builtins():
+    table = _jit_builtins._get_builtin_table()
+    while _JIT_REGISTERED:
+        table.pop(id(_JIT_REGISTERED.pop()), None)
+
+
 def _restore(saved):
+    _forget_jit_builtins()
     for owner, name, old in reversed(saved):
         if old is _MISSING:
             try:
