@@ -716,3 +716,28 @@ def test_torch_save_of_pending_pinned_copy_is_a_host_read():
     for how in ("save", "pickle"):
         assert kinds(simdist.run(fn, kwargs={"sync": False, "how": how})) == ["host-read"], how
         assert not simdist.run(fn, kwargs={"sync": True, "how": how}).hazards, how
+
+
+def test_views_of_pending_pinned_buffer_read_nothing_reads_through_them_do():
+    """Rule: a view of a pinned buffer that a non_blocking D2H copy is writing reads no bytes (views share
+    storage: https://pytorch.org/docs/stable/tensor_view.html), so taking it before the synchronize is clean;
+    a read through it (an op, .numpy(), print, which formats with dispatch modes off) before the synchronize
+    is a host read, at any offset into the buffer. simdist once reported the view itself and missed reads
+    through views at another offset and through print (corpus m46, m47)."""
+    def fn(how):
+        x = torch.arange(1 << 12, dtype=torch.float32, device="cuda")
+        flat = torch.empty(1 << 12, pin_memory=True)
+        flat.copy_(x, non_blocking=True)
+        tail = flat[1 << 11:].view(32, 64)
+        if how == "print":
+            print(tail[1])
+        elif how == "sum":
+            tail.sum()
+        elif how == "numpy":
+            tail.numpy().sum()
+        torch.cuda.synchronize()
+        return torch.equal(tail.flatten(), torch.arange(1 << 11, 1 << 12, dtype=torch.float32))
+    res = simdist.run(fn, kwargs={"how": "none"})
+    assert not res.hazards and res.returns[0]
+    for how in ("print", "sum", "numpy"):
+        assert kinds(simdist.run(fn, kwargs={"how": how})) == ["host-read"], how

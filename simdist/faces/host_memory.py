@@ -15,7 +15,7 @@ import torch
 from ..engine.detector import op_key
 from ..engine.frames import capture_frames
 from ..engine.hazards import Access, Hazard
-from .op_info import op_info
+from .op_info import VIEW, op_info
 
 _TO_COPY = torch.ops.aten._to_copy.default
 
@@ -74,11 +74,21 @@ class HostMemory:
     def check(self, me, func, args, kwargs):
         if func is _TO_COPY and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
             return  # a host-to-device copy: the DMA reads the buffer on its stream (check_device_read), not the host
+        if not isinstance(func, str) and op_info(func).kind == VIEW:
+            return  # a view reads no bytes (what reads it later is checked: it overlaps the buffer's bytes)
         hits = []
         for a in _flat_tensors(args, kwargs):
+            if a.device.type != "cpu" or not a.numel():
+                continue
             e = self.tensors.get(a.data_ptr())
-            if e is not None and e[1] is a or (e is not None and a._base is e[1]):
+            if e is not None and (e[1] is a or a._base is e[1]):
                 hits.append(e)
+                continue
+            lo, hi = _extent(a)
+            for e in self.tensors.values():
+                elo, ehi = _extent(e[1])
+                if lo < ehi and elo < hi and e not in hits:
+                    hits.append(e)  # a view of the buffer at another offset, or a buffer a view was copied into
         for op, t in hits:
             self.tensors.pop(t.data_ptr(), None)
             if me.host.vc.get(op.stream.id, 0) >= op.seq:
@@ -142,6 +152,13 @@ class HostMemory:
         if not op.done and second_stream is None:
             h.observed = True
         return h
+
+
+def _extent(t):
+    """[first byte, past the last byte) that CPU tensor `t` can touch."""
+    lo = t.data_ptr()
+    span = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 0 and st > 0)
+    return lo, lo + (span + 1) * t.element_size()
 
 
 def _flat_tensors(args, kwargs):

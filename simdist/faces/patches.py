@@ -96,6 +96,34 @@ def _tolist(self):
     return _orig_tolist(self)
 
 
+_orig_numpy = torch.Tensor.numpy
+
+
+def _numpy(self, *args, **kwargs):
+    # the array shares the tensor's bytes and numpy reads them out of torch's sight: count the call as the read
+    # (a pending non_blocking device-to-host copy into the tensor is a host-read race), as tolist does
+    me = current_rank()
+    if me is not None and self.device.type == "cpu":
+        hr = me.host_memory
+        if hr.tensors:
+            hr.check(me, "numpy", (self,), {})
+    return _orig_numpy(self, *args, **kwargs)
+
+
+_orig_tensor_str = torch._tensor_str._str
+
+
+def _tensor_str(self, *args, **kwargs):
+    # printing formats the tensor with every dispatch mode off (torch/_tensor_str.py _str): its read of a CPU
+    # tensor that a pending non_blocking device-to-host copy writes is checked here
+    me = current_rank()
+    if me is not None and self.device.type == "cpu":
+        hr = me.host_memory
+        if hr.tensors:
+            hr.check(me, "print", (self,), {})
+    return _orig_tensor_str(self, *args, **kwargs)
+
+
 def _is_pinned(self, device=None):
     me = current_rank()
     if me is not None:
@@ -522,6 +550,8 @@ def _patch_list():
         (torch, "Generator", SimGenerator),
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
+        (torch.Tensor, "numpy", _numpy),
+        (torch._tensor_str, "_str", _tensor_str),
         (torch, "load", _torch_load),
         (torch._utils, "_rebuild_tensor_v2", _rebuild_tensor_v2),
         (_weights_only_allowed(), "torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
