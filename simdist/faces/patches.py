@@ -560,6 +560,9 @@ def _patch_list():
         (torch.cuda, "CUDAGraph", _RefusedCUDAGraph),
         (torch.cuda, "graph", _cuda_graphs_refused),
         (torch.cuda, "make_graphed_callables", _cuda_graphs_refused),
+        (torch.cuda.graphs, "CUDAGraph", _RefusedCUDAGraph),  # `from torch.cuda.graphs import CUDAGraph`
+        (torch.cuda.graphs, "graph", _cuda_graphs_refused),
+        (torch.cuda.graphs, "make_graphed_callables", _cuda_graphs_refused),
         (torch, "tensor", _factory_from_data(_orig_tensor)),
         (torch, "as_tensor", _factory_from_data(_orig_as_tensor)),
         (os, "environ", RankEnviron(os.environ)),
