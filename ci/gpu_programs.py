@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import io
 import json
 import os
@@ -238,6 +239,14 @@ def worker(rank, world_size, pass_name, out_dir, jobs, cycles, timeout, port_bas
         os.environ["MASTER_PORT"] = str(port_base + i % 20000)
         torch.manual_seed(67280421310721)  # what a fresh process has: c10's default seed
         torch.cuda.set_device(rank)
+        # what a fresh process has: no garbage of the previous program (freed by a collection in the middle of
+        # this one, it moved q35's memory_allocated() deltas on 2026-12-02) and no cached pinned host blocks
+        # (reused, they still held the right answer, hiding a host read that races a D2H copy)
+        gc.collect()
+        torch.cuda.synchronize()
+        empty_host_cache = getattr(torch._C, "_host_emptyCache", None)
+        if empty_host_cache is not None:
+            empty_host_cache()
         poison_device(poison_mb)
         buf = io.StringIO()
         rec = {k: v for k, v in job.items() if k not in ("path", "delays")}

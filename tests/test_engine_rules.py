@@ -225,6 +225,32 @@ def test_event_query_elapsed_and_sleep():
     assert 0.9 < ms < 1.1 and q_before is False and q_after is True
 
 
+def test_elapsed_time_refusals_in_torchs_order_and_types():
+    """Event.elapsed_time checks, in c10/cuda/CUDAEvent.h's order: both events made with enable_timing=True
+    (ValueError), both recorded (ValueError), both completed (RuntimeError). Seen on an H200 with torch 2.11: a
+    corpus program expecting RuntimeError for the first failed there while simdist passed it."""
+    def fn():
+        timed, timed2, plain = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), \
+            torch.cuda.Event()
+        out = []
+        for a, b in ((timed, plain), (timed, timed2)):  # never recorded: the timing check comes first
+            try:
+                a.elapsed_time(b)
+            except Exception as e:  # noqa: BLE001
+                out.append((type(e).__name__, str(e)))
+        timed.record()
+        torch.cuda._sleep(1_980_000)
+        timed2.record()
+        try:
+            timed.elapsed_time(timed2)  # recorded, not completed
+        except Exception as e:  # noqa: BLE001
+            out.append((type(e).__name__, str(e)))
+        return out
+    got, = simdist.run(fn).returns
+    assert [t for t, _ in got] == ["ValueError", "ValueError", "RuntimeError"], got
+    assert "enable_timing=True" in got[0][1] and "recorded" in got[1][1] and "completed" in got[2][1]
+
+
 def test_wait_event_never_recorded_is_noop():
     def fn():
         ev = torch.cuda.Event()

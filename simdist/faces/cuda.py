@@ -185,14 +185,15 @@ class Event:
             me.wait_op(self.marker, "Event.synchronize()")
 
     def elapsed_time(self, end_event):
+        # c10/cuda/CUDAEvent.h elapsed_time: the checks in this order, the first two TORCH_CHECK_VALUE (ValueError)
         a, b = self.marker, end_event.marker
-        if a is None or b is None:
-            raise RuntimeError("CUDA error: device not ready (both events must be recorded)")
         if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if a is None or b is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
         me = _rank()
         if a.end is None or b.end is None or max(a.end, b.end) > me.host.clock:
-            raise RuntimeError("CUDA error: device not ready")
+            raise RuntimeError("Both events must be completed before calculating elapsed time.")
         return (b.end - a.end) / 1e6
 
     @property
