@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 import simdist
+from simdist.faces import guard
 from simdist import Targeted
 
 SEEDS = range(20)
@@ -672,6 +673,7 @@ def test_h2d_from_pinned_reads_in_stream_order():
             assert kinds(res) == ["read-after-write"], (how, seed, res.report())
 
 
+@pytest.mark.skipif(not guard.available(), reason=f"autograd unavailable: {guard.reason()}")  # (CUDA builds)
 def test_checkpoint_recompute_replays_cuda_dropout_mask():
     """Rule: torch.utils.checkpoint with preserve_rng_state=True (the default) saves the CUDA RNG state in the
     forward and restores it for the recomputation, so dropout draws the same mask (torch/utils/checkpoint.py:
