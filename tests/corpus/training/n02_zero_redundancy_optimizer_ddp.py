@@ -24,7 +24,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STEPS = 3
-SYNCHRONIZE = False
+SYNCHRONIZE = globals().get("SYNCHRONIZE", False)  # n03, the fix twin, runs this file with True
 
 
 def model():
