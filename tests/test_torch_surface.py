@@ -278,6 +278,26 @@ def test_torch_load_with_map_location_cuda_puts_host_tensors_on_the_device():
     assert wo._get_allowed_globals()["torch._utils._rebuild_tensor_v2"] is tu._rebuild_tensor_v2
 
 
+def test_torch_load_of_a_checkpoint_saved_on_a_gpu_lands_on_the_device():
+    # a checkpoint written on a GPU names its storages' device ('cuda:0'); torch.load without map_location puts
+    # them back there (torch/serialization.py default_restore_location), with map_location="cpu" on the host
+    import io
+    buf = io.BytesIO()
+    orig = torch.serialization.location_tag
+    torch.serialization.location_tag = lambda storage: "cuda:0"  # what torch.save writes on a GPU
+    try:
+        torch.save({"w": torch.arange(4.0)}, buf)
+    finally:
+        torch.serialization.location_tag = orig
+    data = buf.getvalue()
+
+    def prog():
+        d, h = torch.load(io.BytesIO(data)), torch.load(io.BytesIO(data), map_location="cpu")
+        return d["w"].device.type, d["w"].cpu().tolist(), h["w"].device.type
+
+    assert simdist.run(prog).returns == [("cuda", [0.0, 1.0, 2.0, 3.0], "cpu")]
+
+
 def test_torchscript_code_imported_inside_a_run_sees_torch_builtins():
     # TorchScript resolves torch.tensor / torch.nonzero by identity as ATen builtins; simdist's replacements are
     # registered as the same builtins while installed (torch.distributed.optim's @torch.jit.script functional

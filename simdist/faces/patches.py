@@ -452,9 +452,10 @@ def _torch_load(f, map_location=None, *args, **kwargs):
     prev_moves = getattr(_load_moves, "value", None)
     _load_map_location.value = map_location
     inner = map_location
-    if current_rank() is not None and map_location is not None and not callable(map_location):
+    if current_rank() is not None and not callable(map_location):
         # torch.load(..., map_location="cuda") of host storages (a checkpoint of CPU tensors, an object a
-        # collective sent as bytes: ZeroRedundancyOptimizer's _broadcast_object) moves each storage to the
+        # collective sent as bytes: ZeroRedundancyOptimizer's _broadcast_object), or a checkpoint saved on a GPU
+        # loaded without map_location (its storages say 'cuda:0'), moves each storage to the
         # device, which a CPU build cannot make: the storages stay on the host and each tensor rebuilt on one is
         # put on the device after (_rebuild_tensor_v2 below), the views of one storage on one device buffer
         _load_moves.value = {}
@@ -477,8 +478,8 @@ class _StoragesStayOnHost:
         self.map_location, self.moves = map_location, moves
 
     def __call__(self, storage, location):
-        m = self.map_location
-        target = torch.device(m.get(location, location) if isinstance(m, dict) else m)
+        m = self.map_location  # None: where it was saved (a checkpoint written on a GPU says 'cuda:0')
+        target = torch.device(location if m is None else m.get(location, location) if isinstance(m, dict) else m)
         if target.type == "cuda":
             self.moves[storage.data_ptr()] = [target, None, storage]
             return storage
