@@ -83,45 +83,25 @@ def _pin_memory(self, device=None):
     return _orig_pin_memory(self) if device is None else _orig_pin_memory(self, device)
 
 
-_orig_tolist = torch.Tensor.tolist
+def _reads_host_bytes(orig, what):
+    """`orig` (a Tensor method or function of the tensor) read as a host read of a CPU tensor's bytes: checked
+    against pending async device-to-host copies into them (a host-read race), since these read out of torch's
+    dispatch: Tensor.tolist reads the bytes in C without an aten op, Tensor.numpy's array shares them and numpy
+    reads them out of torch's sight, and printing formats with every dispatch mode off (torch/_tensor_str.py)."""
+    def read(self, *args, **kwargs):
+        me = current_rank()
+        if me is not None and self.device.type == "cpu":
+            hr = me.host_memory
+            if hr.tensors:
+                hr.check(me, what, (self,), {})
+        return orig(self, *args, **kwargs)
+    read.__name__ = read.__qualname__ = getattr(orig, "__name__", what)
+    return read
 
 
-def _tolist(self):
-    # Tensor.tolist reads the bytes in C without an aten op: check pending async device-to-host copies here
-    me = current_rank()
-    if me is not None and self.device.type == "cpu":
-        hr = me.host_memory
-        if hr.tensors:
-            hr.check(me, "tolist", (self,), {})
-    return _orig_tolist(self)
-
-
-_orig_numpy = torch.Tensor.numpy
-
-
-def _numpy(self, *args, **kwargs):
-    # the array shares the tensor's bytes and numpy reads them out of torch's sight: count the call as the read
-    # (a pending non_blocking device-to-host copy into the tensor is a host-read race), as tolist does
-    me = current_rank()
-    if me is not None and self.device.type == "cpu":
-        hr = me.host_memory
-        if hr.tensors:
-            hr.check(me, "numpy", (self,), {})
-    return _orig_numpy(self, *args, **kwargs)
-
-
-_orig_tensor_str = torch._tensor_str._str
-
-
-def _tensor_str(self, *args, **kwargs):
-    # printing formats the tensor with every dispatch mode off (torch/_tensor_str.py _str): its read of a CPU
-    # tensor that a pending non_blocking device-to-host copy writes is checked here
-    me = current_rank()
-    if me is not None and self.device.type == "cpu":
-        hr = me.host_memory
-        if hr.tensors:
-            hr.check(me, "print", (self,), {})
-    return _orig_tensor_str(self, *args, **kwargs)
+_tolist = _reads_host_bytes(torch.Tensor.tolist, "tolist")
+_numpy = _reads_host_bytes(torch.Tensor.numpy, "numpy")
+_tensor_str = _reads_host_bytes(torch._tensor_str._str, "print")
 
 
 def _is_pinned(self, device=None):
