@@ -182,7 +182,7 @@ class DeviceMemory:
     def malloc(self, nbytes, stream):
         if self.pending_frees:
             self._process_pending_frees()
-        size = MIN_BLOCK if nbytes < MIN_BLOCK else (nbytes + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK  # round_size
+        size = round_size(nbytes)
         small = size <= SMALL_SIZE
         pool = self.pools.get((stream.id, small))
         block = None

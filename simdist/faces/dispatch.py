@@ -191,17 +191,7 @@ def _extent_bytes(shape, stride, dtype):
 
 
 def allocate(dev, stream, shape, stride, dtype):
-    mem = dev.memory
-    nbytes = _extent_bytes(shape, stride, dtype)
-    alloc = mem.malloc(nbytes, stream)
-    t = SimTensor(view_bytes(alloc, shape, stride, dtype), dev, alloc, False, shape, stride, 0)
-    if nbytes:
-        n = dtype.itemsize
-        for d in shape:
-            n *= d
-        lo = alloc.block.offset
-        t._span = (lo, lo + nbytes, n == nbytes)  # dense when no byte of the extent is skipped
-    return t
+    return _allocate_layout(dev, stream, _Layout((shape, stride, dtype)))
 
 
 class _Layout:
@@ -220,7 +210,7 @@ class _Layout:
 
 
 def _allocate_layout(dev, stream, lay):
-    """allocate() for a cached layout: the same tensor, span and allocator calls."""
+    """A fresh tensor of layout `lay` on the stream's pool, with its byte span (the fast path keeps its layouts)."""
     nbytes = lay.nbytes
     alloc = dev.memory.malloc(nbytes, stream)
     t = SimTensor(view_bytes(alloc, lay.shape, lay.stride, lay.dtype), dev, alloc, False, lay.shape, lay.stride, 0,

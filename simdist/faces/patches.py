@@ -461,6 +461,7 @@ class _StoragesStayOnHost:
         m = self.map_location  # None: where it was saved (a checkpoint written on a GPU says 'cuda:0')
         target = torch.device(location if m is None else m.get(location, location) if isinstance(m, dict) else m)
         if target.type == "cuda":
+            # [device, its device buffer (made on first use), the storage: kept alive so its address stays its own]
             self.moves[storage.data_ptr()] = [target, None, storage]
             return storage
         return torch.serialization.default_restore_location(storage, str(target))
