@@ -572,3 +572,38 @@ def test_sync_batchnorm_cuda_only_kernels():
         assert torch.allclose(rm, ref.running_mean, atol=1e-6) and torch.allclose(rv, ref.running_var, atol=1e-5)
     # each rank's weight gradient is its batch's share (DDP would all-reduce them): they sum to the global one
     assert torch.allclose(res.returns[0][2] + res.returns[1][2], ref.weight.grad, atol=1e-4)
+
+
+def test_barrier_picks_its_device_as_process_group_nccl_does():
+    """ProcessGroupNCCL::barrier runs its one-element all_reduce on (1) device_ids[0], else (2) the group's bound
+    device (init_process_group(device_id=...)), else (3) the first device a collective of the group used
+    (usedDeviceIdxs_), else (4) global rank % device count: never simply the current device
+    (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp ProcessGroupNCCL::barrier, "Select device to use for
+    barrier"; distributed_c10d.barrier's note). A torchrun script that never calls set_device may therefore
+    barrier first (every rank on GPU rank % n, no duplicate GPU); one that binds device_id and never calls
+    set_device barriers on the bound device (simdist used cuda:0: a duplicate GPU, or a deadlock)."""
+    def barrier_first():
+        dist.init_process_group("nccl")
+        dist.barrier()
+        return torch.cuda.current_device()
+
+    assert simdist.run(barrier_first, world_size=2, torchrun=True).returns == [0, 0]
+
+    def bound_device():
+        lr = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl", device_id=torch.device("cuda", lr))
+        x = torch.full((4,), float(lr + 1), device=f"cuda:{lr}")
+        dist.all_reduce(x)
+        dist.barrier()
+        return torch.cuda.current_device(), x.sum().item()
+
+    assert simdist.run(bound_device, world_size=2, torchrun=True).returns == [(0, 12.0), (0, 12.0)]
+
+    def used_device():
+        dist.init_process_group("nccl")
+        x = torch.ones(4, device=f"cuda:{dist.get_rank()}")  # current device stays cuda:0
+        dist.all_reduce(x)
+        dist.barrier()  # on the device the all_reduce used
+        return x.sum().item()
+
+    assert simdist.run(used_device, world_size=2, torchrun=True).returns == [8.0, 8.0]

@@ -309,6 +309,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._group = None
         self._coalesced = None  # works of the open _start_coalescing block
         self._backends = None
+        self._used_devices = set()  # ProcessGroupNCCL's usedDeviceIdxs_: devices its communicators were made on
 
     # --- what c10d asks of a backend -------------------------------------------------------------
     def _set_sequence_number_for_group(self):
@@ -416,6 +417,7 @@ class SimProcessGroup(dist.ProcessGroup):
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
                                        "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
         world = me.world
+        self._used_devices.update(t._dev.index for t in tensors)
         default = c10d._world.default_pg
         if default is not None and getattr(default, "bound_device_id", None) is not None:
             me.collectives.eager_init = True  # init_process_group(device_id=...): communicators made eagerly
@@ -671,11 +673,22 @@ class SimProcessGroup(dist.ProcessGroup):
                          [t], lambda vals: [[vals[root][j]] for j in range(n)], _async(opts))
 
     def barrier(self, opts=None):
-        """ProcessGroupNCCL's barrier: an all_reduce of one element on the device of `device_ids` (else the
-        current one), whose Work blocks the host when waited."""
+        """ProcessGroupNCCL's barrier: an all_reduce of one element, whose Work blocks the host when waited, on
+        the device ProcessGroupNCCL::barrier picks: the first of `device_ids`, else the group's bound device
+        (init_process_group(device_id=...)), else the first device a collective of this group used, else
+        global rank % device count; never simply the current device."""
         me = _rank()
         ids = list(getattr(opts, "device_ids", None) or [])
-        dev = me.device(ids[0] if ids else me.current_device)
+        bound = getattr(self, "bound_device_id", None)
+        if ids:
+            idx = int(ids[0])
+        elif bound is not None and bound.index is not None:
+            idx = bound.index
+        elif self._used_devices:
+            idx = min(self._used_devices)  # usedDeviceIdxs_ is a std::set: *begin() is the smallest
+        else:
+            idx = me.rank % me.world.device_count
+        dev = me.device(idx)
         cfg = self._config()
         if cfg.get("cuda") != "nccl":  # a gloo-only group: a host rendezvous
             g = self._engine_group()
