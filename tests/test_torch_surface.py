@@ -398,3 +398,27 @@ def test_cuda_surface_not_modelled_is_refused_by_name():
                        "graph_pool_handle"]
     assert capturing is False and mode == 0 and same
     assert "only dense CPU tensors can be pinned" in pinned_error
+
+
+def test_stream_rebuilt_from_its_id_triple_is_the_same_stream():
+    """torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) wraps the existing stream of that id
+    instead of making a new one (torch/cuda/streams.py Stream.__new__: `if device is None or ("stream_id" in kwargs
+    and "device_index" in kwargs): return super().__new__(cls, priority=priority, **kwargs)`); it is equal to the
+    original and hashes alike, so waiting on it orders the original's work; stream id 0 is the default stream
+    (c10/cuda/CUDAStream.cpp). simdist made a fresh stream: a wait on the rebuilt handle ordered nothing."""
+    def fn():
+        side = torch.cuda.Stream()
+        again = torch.cuda.Stream(stream_id=side.stream_id, device_index=side.device_index,
+                                  device_type=side.device_type)
+        assert again == side and hash(again) == hash(side)
+        assert torch.cuda.Stream(stream_id=0, device_index=0, device_type=1) == torch.cuda.default_stream()
+        x = torch.ones(1 << 12, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2
+        torch.cuda.current_stream().wait_stream(again)
+        y.record_stream(torch.cuda.current_stream())
+        return y.sum().item()
+
+    r = simdist.run(fn)
+    assert r.returns == [2.0 * (1 << 12)] and not r.hazards

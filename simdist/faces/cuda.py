@@ -64,6 +64,8 @@ class Stream(engine_streams.Stream):
         me = current_rank()
         if me is None:
             raise SimulationError("torch.cuda.Stream() was created outside a simulated rank")
+        if "stream_id" in kwargs and "device_index" in kwargs:
+            return _existing_stream(me, kwargs["stream_id"], kwargs["device_index"])
         return me.device(device_index(device, me)).new_stream(priority)
 
     def __init__(self, *args, **kwargs):
@@ -142,6 +144,21 @@ class Stream(engine_streams.Stream):
             me.current_streams[idx] = prev
         _set_current(me, dev)
         return False
+
+
+def _existing_stream(me, stream_id, index):
+    """torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) wraps the stream of that id, it makes
+    none (torch/cuda/streams.py Stream.__new__: `if device is None or ("stream_id" in kwargs and "device_index" in
+    kwargs): return super().__new__(cls, priority=priority, **kwargs)`, the c10::Stream unpacked from the triple);
+    stream id 0 is the device's default stream (c10/cuda/CUDAStream.cpp: the null stream's id)."""
+    d = me.device(index)
+    if stream_id == 0 or stream_id == d.default_stream.id:
+        return d.default_stream
+    for s in me.streams:
+        if s.id == stream_id and s.dev is d:
+            return s
+    raise UnsupportedOperation(f"torch.cuda.Stream(stream_id={stream_id}, device_index={index}): no stream of that "
+                               f"id on cuda:{index} in this simulated rank (simdist wraps only streams made in it)")
 
 
 class Event:
@@ -223,7 +240,23 @@ def device_count():
 
 
 def current_device():
-    return _rank().current_device
+    me = _rank()
+    me.device()  # torch.cuda.current_device() initializes CUDA (torch/cuda/__init__.py: _lazy_init())
+    return me.current_device
+
+
+def lazy_init():
+    """torch.cuda.init() / _lazy_init(): CUDA is initialized on the rank's current device."""
+    _rank().device()
+
+
+def is_initialized():
+    """Whether this rank has initialized CUDA. torch initializes it lazily, at the first call that needs a
+    device (a CUDA tensor, a stream, set_device, current_device, ...; torch/cuda/__init__.py `_lazy_init`), not at
+    import: DeviceMesh picks each rank's GPU from LOCAL_RANK only while it is uninitialized
+    (torch/distributed/device_mesh.py `_setup_world_group_and_device`). A rank's first device object is made
+    exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device"."""
+    return bool(_rank().devices)
 
 
 def set_device(device):
@@ -545,8 +578,8 @@ def cuda_patches():
         reset_peak_memory_stats=reset_peak_memory_stats, mem_get_info=mem_get_info,
         get_device_properties=get_device_properties, get_device_name=get_device_name,
         get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
-        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=_noop, init=_noop,
-        is_initialized=_true, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
+        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=lazy_init, init=lazy_init,
+        is_initialized=is_initialized, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
         get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
         seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
         memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
