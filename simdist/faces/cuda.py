@@ -240,23 +240,7 @@ def device_count():
 
 
 def current_device():
-    me = _rank()
-    me.device()  # torch.cuda.current_device() initializes CUDA (torch/cuda/__init__.py: _lazy_init())
-    return me.current_device
-
-
-def lazy_init():
-    """torch.cuda.init() / _lazy_init(): CUDA is initialized on the rank's current device."""
-    _rank().device()
-
-
-def is_initialized():
-    """Whether this rank has initialized CUDA. torch initializes it lazily, at the first call that needs a
-    device (a CUDA tensor, a stream, set_device, current_device, ...; torch/cuda/__init__.py `_lazy_init`), not at
-    import: DeviceMesh picks each rank's GPU from LOCAL_RANK only while it is uninitialized
-    (torch/distributed/device_mesh.py `_setup_world_group_and_device`). A rank's first device object is made
-    exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device"."""
-    return bool(_rank().devices)
+    return _rank().current_device
 
 
 def set_device(device):
@@ -578,8 +562,8 @@ def cuda_patches():
         reset_peak_memory_stats=reset_peak_memory_stats, mem_get_info=mem_get_info,
         get_device_properties=get_device_properties, get_device_name=get_device_name,
         get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
-        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=lazy_init, init=lazy_init,
-        is_initialized=is_initialized, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
+        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=_noop, init=_noop,
+        is_initialized=_true, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
         get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
         seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
         memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
