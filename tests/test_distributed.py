@@ -607,3 +607,20 @@ def test_barrier_picks_its_device_as_process_group_nccl_does():
         return x.sum().item()
 
     assert simdist.run(used_device, world_size=2, torchrun=True).returns == [8.0, 8.0]
+
+
+def test_work_wait_with_a_timeout_blocks_the_host():
+    """Work.wait(timeout) with a timeout given blocks the CPU thread until the collective completes (or times
+    out), on top of making the current stream wait; without one only the stream waits
+    (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::wait: "In case of blockingWait or a timeout
+    value is specified by the user, we block the CPU thread until the work is completed or timed out"). So
+    work.is_completed() is True right after wait(timeout=...); simdist returned False (the host had not moved)."""
+    from datetime import timedelta
+
+    def prog():
+        x = torch.ones(1 << 16, device="cuda")
+        w = dist.all_reduce(x, async_op=True)
+        w.wait(timeout=timedelta(seconds=60))
+        return w.is_completed(), x[0].item()
+
+    assert simdist.run(prog, world_size=2).returns == [(True, 2.0), (True, 2.0)]

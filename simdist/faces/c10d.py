@@ -159,13 +159,16 @@ class SimWork(dist.Work):
         self._parts = list(parts)  # the works of a coalesced group
 
     def wait(self, timeout=None):
+        """The current stream waits for the work; the host too for a barrier, or when a timeout is given
+        (ProcessGroupNCCL.cpp WorkNCCL::wait: "In case of blockingWait or a timeout value is specified by the
+        user, we block the CPU thread until the work is completed or timed out"; no timeout is kNoTimeout, 0 ms)."""
         me = _rank()
         for p in self._parts:
             p.wait(timeout)
         m = self._marker
         if m is not None:
             me.current_stream(m.stream.dev.index).wait_marker(me.host, m)
-            if self._host_blocking:
+            if self._host_blocking or _gives_timeout(timeout):
                 me.wait_op(m, self._what)
         if self._stash is not None:
             _in_flight(me).release(self._stash)
@@ -225,6 +228,15 @@ class SimWork(dist.Work):
         with guard_events.completing(dev, m):
             fut.set_result(self.result())
         return fut
+
+
+def _gives_timeout(timeout):
+    """Whether Work.wait(timeout) was given a timeout (kNoTimeout is 0 ms; Python passes a timedelta)."""
+    if timeout is None:
+        return False
+    if hasattr(timeout, "total_seconds"):
+        return timeout.total_seconds() != 0
+    return float(timeout) != 0
 
 
 class _InFlight:
