@@ -372,7 +372,8 @@ def test_cuda_surface_not_modelled_is_refused_by_name():
             "_snapshot": lambda: torch.cuda.memory._snapshot(),
             "memory_snapshot": lambda: torch.cuda.memory_snapshot(),
             "caching_allocator_alloc": lambda: torch.cuda.caching_allocator_alloc(64),
-            "set_per_process_memory_fraction": lambda: torch.cuda.set_per_process_memory_fraction(0.5),
+            "MemPool": lambda: torch.cuda.MemPool(),
+            "use_mem_pool": lambda: torch.cuda.use_mem_pool(None).__enter__(),
             "set_sync_debug_mode": lambda: torch.cuda.set_sync_debug_mode("error"),
             "graph_pool_handle": lambda: torch.cuda.graph_pool_handle(),
         }
@@ -394,7 +395,7 @@ def test_cuda_surface_not_modelled_is_refused_by_name():
                 torch.accelerator.memory_allocated() == torch.cuda.memory_allocated() > 0, pinned_error)
     refused, capturing, mode, same, pinned_error = simdist.run(fn).returns[0]
     assert refused == ["ExternalStream", "ipc_handle", "_record_memory_history", "_snapshot", "memory_snapshot",
-                       "caching_allocator_alloc", "set_per_process_memory_fraction", "set_sync_debug_mode",
+                       "caching_allocator_alloc", "MemPool", "use_mem_pool", "set_sync_debug_mode",
                        "graph_pool_handle"]
     assert capturing is False and mode == 0 and same
     assert "only dense CPU tensors can be pinned" in pinned_error
@@ -422,3 +423,41 @@ def test_stream_rebuilt_from_its_id_triple_is_the_same_stream():
 
     r = simdist.run(fn)
     assert r.returns == [2.0 * (1 << 12)] and not r.hazards
+
+
+def test_allocation_past_the_device_or_the_memory_fraction_is_out_of_memory_after_one_retry():
+    """A segment the device cannot hold, or past set_per_process_memory_fraction's limit (fraction * total memory,
+    counted over reserved segments), raises torch.OutOfMemoryError ("CUDA out of memory. Tried to allocate ...")
+    after the allocator released every cached free segment and retried once (c10/cuda/CUDACachingAllocator.cpp
+    malloc -> alloc_block: `set_fraction && total_allocated_memory + size > allowed_memory_maximum`, then
+    release_cached_blocks and alloc_block(isRetry: num_alloc_retries += 1), then num_ooms += 1 and
+    TORCH_CHECK_WITH(OutOfMemoryError, ...)); the retry lets an allocation fit once the cache is released.
+    simdist raised a CPU RuntimeError from its backing store (4 TiB) and refused the fraction."""
+    MiB = 1 << 20
+
+    def fn():
+        out = {}
+        try:
+            torch.empty(1 << 40, device="cuda")
+        except torch.OutOfMemoryError as e:
+            out["huge"] = str(e).split(".")[0]
+        assert torch.cuda.get_per_process_memory_fraction() == 1.0
+        torch.cuda.set_per_process_memory_fraction(64 * MiB / torch.cuda.get_device_properties(0).total_memory)
+        a = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")     # a 30 MiB segment
+        del a                                                              # cached, still reserved
+        b = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")     # 30 + 40 > 64: retry frees the 30
+        out["reserved_after_retry"] = torch.cuda.memory_reserved() // MiB
+        try:
+            torch.empty(40 * MiB, dtype=torch.uint8, device="cuda")    # 40 + 40 > 64 even after a retry
+        except torch.cuda.OutOfMemoryError as e:
+            out["limited"] = "64.00 MiB allowed" in str(e)
+        st = torch.cuda.memory_stats()
+        out["retries"], out["ooms"] = st["num_alloc_retries"], st["num_ooms"]
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        out["after"] = torch.empty(40 * MiB, dtype=torch.uint8, device="cuda").numel() == 40 * MiB
+        del b
+        return out
+
+    r = simdist.run(fn)
+    assert r.returns[0] == {"huge": "CUDA out of memory", "reserved_after_retry": 40, "limited": True,
+                            "retries": 3, "ooms": 2, "after": True}, r.returns[0]

@@ -12,12 +12,19 @@ Rules mirrored from c10/cuda/CUDACachingAllocator.cpp:
   512 bytes (small pool) or more than 1 MiB (large pool); free neighbours merge;
 - `record_stream(s)` defers the free until the work queued on `s` so far has
   completed (the allocator records an event and polls it at later mallocs);
-- `empty_cache()` releases whole free segments; fresh memory holds poison.
+- `empty_cache()` releases whole free segments; fresh memory holds poison;
+- a segment that does not fit the device (or the limit set_per_process_memory_fraction set) makes the
+  allocator wait for pending record_stream events, release every whole free segment and try once more
+  (num_alloc_retries); if it still does not fit, torch.OutOfMemoryError (num_ooms).
 """
 from __future__ import annotations
 
 import bisect
+import os
+
 import torch
+
+from .errors import UnsupportedOperation
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -27,6 +34,8 @@ MIN_LARGE_ALLOC = 10 << 20
 ROUND_LARGE = 2 << 20
 
 POISON_BYTES = {"nan": 0xFF, "zero": 0x00}
+
+DEVICE_MEMORY = 141 * (1 << 30)  # a simulated H200's total memory (cudaMemGetInfo's total)
 
 
 def round_size(n: int) -> int:
@@ -53,7 +62,29 @@ def _take_buffer(size):
     if lst:
         _buffered[0] -= size
         return lst.pop()
-    return torch.empty((size,), dtype=torch.uint8)
+    try:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        phys = None
+    if phys is not None and size > phys // 2:
+        raise UnsupportedOperation(f"a device segment of {format_size(size)} fits the simulated GPU but not this "
+                                   f"host's memory ({format_size(phys)}), which holds the simulated device's bytes")
+    try:
+        return torch.empty((size,), dtype=torch.uint8)
+    except RuntimeError as e:
+        raise UnsupportedOperation(f"a device segment of {format_size(size)} fits the simulated GPU but this host "
+                                   f"could not allocate it to hold the simulated device's bytes ({e})") from None
+
+
+def format_size(n):
+    """c10/cuda/CUDACachingAllocator.cpp format_size: bytes, KiB, MiB or GiB with two decimals."""
+    if n <= 1024:
+        return f"{n} bytes"
+    if n <= 1048576:
+        return f"{n / 1024.0:.2f} KiB"
+    if n <= 1073741824:
+        return f"{n / 1048576.0:.2f} MiB"
+    return f"{n / 1073741824.0:.2f} GiB"
 
 
 def recycle(memory):
@@ -160,6 +191,10 @@ class DeviceMemory:
         self.peak_reserved_bytes = 0  # torch.cuda.max_memory_reserved (reserved_bytes.all.peak)
         self.next_alloc_id = 0
         self.closed = False
+        self.limit = None  # set_per_process_memory_fraction: the most bytes the segments may reserve
+        self.fraction = None
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
 
     # --- pools -----------------------------------------------------------
     def _insert(self, block):
@@ -193,6 +228,8 @@ class DeviceMemory:
                 block.pool_key = None
         if block is None:
             seg_bytes = segment_size(size)
+            if not self._fits(seg_bytes):
+                self._out_of_memory(size, seg_bytes)
             seg = Segment(len(self.segments), seg_bytes, stream, small, self.poison_byte)
             self.segments.append(seg)
             self.reserved_bytes += seg_bytes
@@ -222,6 +259,41 @@ class DeviceMemory:
         if seg.graveyard:  # (Detector.on_malloc has nothing to do without freed records in the segment)
             self.owner.detector.on_malloc(alloc)
         return alloc
+
+    def _fits(self, seg_bytes):
+        """alloc_block: the fraction's limit first, then cudaMalloc, which fails past the device's free memory."""
+        total = self.reserved_bytes + seg_bytes
+        return total <= DEVICE_MEMORY and (self.limit is None or total <= self.limit)
+
+    def _out_of_memory(self, size, seg_bytes):
+        """CUDACachingAllocator malloc after alloc_block failed: release_cached_blocks (synchronize_and_free_events:
+        the host waits for every pending record_stream event, then every whole free segment is released) and
+        alloc_block once more as a retry (num_alloc_retries += 1); if that fails, num_ooms += 1 and
+        OutOfMemoryError (TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ...")."""
+        host_wait = self.owner.wait_op
+        for _alloc, markers in list(self.pending_frees):
+            for m in markers:
+                host_wait(m, "the caching allocator's retry of a failed allocation (release_cached_blocks)")
+        self.empty_cache()
+        self.num_alloc_retries += 1
+        if self._fits(seg_bytes):
+            return
+        self.num_ooms += 1
+        free = DEVICE_MEMORY - self.reserved_bytes
+        allowed = f"{format_size(self.limit)} allowed; " if self.limit is not None else ""
+        raise torch.OutOfMemoryError(
+            f"CUDA out of memory. Tried to allocate {format_size(seg_bytes)}. GPU {self.device_index} has a total "
+            f"capacity of {format_size(DEVICE_MEMORY)} of which {format_size(free)} is free. {allowed}Of the "
+            f"allocated memory {format_size(self.allocated_bytes)} is allocated by PyTorch, and "
+            f"{format_size(self.reserved_bytes - self.allocated_bytes)} is reserved by PyTorch but unallocated. "
+            "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
+            "to avoid fragmentation.  See documentation for Memory Management  "
+            "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+    def set_fraction(self, fraction):
+        """setMemoryFraction: allowed_memory_maximum = fraction * the device's total memory."""
+        self.fraction = fraction
+        self.limit = int(fraction * DEVICE_MEMORY)
 
     def reallocate(self, alloc, nbytes, stream):
         """Storage resize: `alloc` gets a new block of `nbytes` on `stream` (none for 0). Returns an allocation

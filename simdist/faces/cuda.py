@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..engine import cost
+from ..engine import allocator, cost
 from ..engine import streams as engine_streams
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
@@ -371,12 +371,41 @@ def reset_peak_memory_stats(device=None):
 
 
 def reset_accumulated_memory_stats(device=None):
-    """The accumulated counters (allocations ever made, frees, retries) start again from zero; simdist keeps none
-    of them beyond num_device_alloc, which stays."""
-    _mem(device)
+    """The accumulated counters start again from zero (c10/cuda/CUDACachingAllocator.cpp resetAccumulatedStats:
+    num_alloc_retries, num_ooms among them); simdist keeps none of the others beyond num_device_alloc, which stays."""
+    m = _mem(device)
+    m.num_alloc_retries = m.num_ooms = 0
 
 
-TOTAL_MEMORY = 141 * (1 << 30)
+TOTAL_MEMORY = allocator.DEVICE_MEMORY
+
+
+def _set_memory_fraction(fraction, device):
+    """torch._C._cuda_setMemoryFraction, behind torch.cuda.set_per_process_memory_fraction (whose own checks run
+    first): the device's segments may reserve at most fraction * total memory (CUDACachingAllocator.cpp
+    setMemoryFraction: allowed_memory_maximum; alloc_block fails past it, and the allocation ends in
+    OutOfMemoryError after one retry)."""
+    _mem(device).set_fraction(float(fraction))
+
+
+def _get_memory_fraction(device):
+    """torch._C._cuda_getMemoryFraction: 1.0 until a fraction was set (getMemoryFraction)."""
+    m = _mem(device)
+    return 1.0 if m.fraction is None else m.limit / TOTAL_MEMORY
+
+
+def _allocator_backend():
+    """torch._C._cuda_getAllocatorBackend: simdist models PyTorch's native caching allocator."""
+    return "native"
+
+
+class _RefusedMemPool:
+    """torch.cuda.MemPool (a private allocator pool, the NCCL/symmetric-memory registration path): not modelled;
+    a CPU build has only torch's dummy type, whose raw error would name no reason."""
+
+    def __new__(cls, *args, **kwargs):
+        raise UnsupportedOperation("torch.cuda.MemPool (a private memory pool of the caching allocator) is not "
+                                   "modelled by simdist")
 
 
 def mem_get_info(device=None):
@@ -472,7 +501,7 @@ def memory_stats(device=None):
             "active_bytes.all.peak": max(m.peak_bytes, m.allocated_bytes + pending),
             "reserved_bytes.all.current": m.reserved_bytes, "reserved_bytes.all.peak": m.peak_reserved_bytes,
             "segment.all.current": len([s for s in m.segments if s.data is not None]),
-            "num_alloc_retries": 0, "num_ooms": 0, "num_device_alloc": len(m.segments),
+            "num_alloc_retries": m.num_alloc_retries, "num_ooms": m.num_ooms, "num_device_alloc": len(m.segments),
             "allocation.all.current": sum(s.live for s in m.segments)}
 
 
@@ -544,8 +573,8 @@ _MEMORY_REFUSED = {
     "memory_snapshot": "torch.cuda.memory_snapshot (the allocator's segments)",
     "caching_allocator_alloc": "torch.cuda.caching_allocator_alloc (raw device pointers)",
     "caching_allocator_delete": "torch.cuda.caching_allocator_delete (raw device pointers)",
-    "set_per_process_memory_fraction": "torch.cuda.set_per_process_memory_fraction (an allocator limit)",
     "change_current_allocator": "torch.cuda.memory.change_current_allocator (a custom allocator)",
+    "use_mem_pool": "torch.cuda.use_mem_pool (a private memory pool of the caching allocator)",
 }
 
 
@@ -587,6 +616,10 @@ def cuda_patches():
     out += [(_memory, name, _refused(what)) for name, what in _MEMORY_REFUSED.items()
             if hasattr(_memory, name) and name not in items]
     out += _accelerator_memory_patches()
+    out += [(torch._C, "_cuda_setMemoryFraction", _set_memory_fraction),
+            (torch._C, "_cuda_getMemoryFraction", _get_memory_fraction),
+            (torch._C, "_cuda_getAllocatorBackend", _allocator_backend),
+            (c, "MemPool", _RefusedMemPool), (_memory, "MemPool", _RefusedMemPool)]
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
     # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's
