@@ -624,3 +624,32 @@ def test_work_wait_with_a_timeout_blocks_the_host():
         return w.is_completed(), x[0].item()
 
     assert simdist.run(prog, world_size=2).returns == [(True, 2.0), (True, 2.0)]
+
+
+def test_split_group_splits_the_default_group():
+    """torch.distributed.split_group works on NCCL groups (ProcessGroupNCCL supports splitting: ncclCommSplit):
+    with the default group bound to a device, every parent rank calls it with the same split_ranks (group ranks of
+    the parent) and gets the group holding its rank, or None when no split holds it; without a bound device torch
+    refuses ("No device associated with the default pg, not safe to split any process groups")
+    (torch/distributed/distributed_c10d.py split_group). simdist's group said supports_splitting=False, so every
+    split_group was refused with torch's "its backend does not support splitting" RuntimeError."""
+    def prog():
+        lr = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(lr)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", lr))
+        g = dist.split_group(split_ranks=[[0, 2], [1, 3]])
+        x = torch.full((4,), float(dist.get_rank()), device="cuda")
+        dist.all_reduce(x, group=g)
+        sub = dist.split_group(parent_pg=g, split_ranks=[[0]])   # group rank 0 of each parent group
+        return dist.get_process_group_ranks(g), x[0].item(), None if sub is None else dist.get_world_size(sub)
+
+    assert simdist.run(prog, world_size=4, torchrun=True).returns == [
+        ([0, 2], 2.0, 1), ([1, 3], 4.0, 1), ([0, 2], 2.0, None), ([1, 3], 4.0, None)]
+
+    def unbound():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
+        dist.split_group(split_ranks=[[0, 1]])
+
+    with pytest.raises(RuntimeError, match="No device associated with the default pg"):
+        simdist.run(unbound, world_size=2, torchrun=True)

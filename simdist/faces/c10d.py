@@ -21,6 +21,8 @@ Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.distributed as dist
 
@@ -311,7 +313,7 @@ class SimProcessGroup(dist.ProcessGroup):
 
     Options = _Options
     supports_coalescing = True
-    supports_splitting = False
+    supports_splitting = True  # ProcessGroupNCCL does (ncclCommSplit): torch.distributed.split_group needs it
     supports_time_estimate = False
 
     def __init__(self, store, rank, size, options=None, timeout=None):
@@ -349,6 +351,27 @@ class SimProcessGroup(dist.ProcessGroup):
     @property
     def _device_types(self):
         return [torch.device(d) for d in self._config()]
+
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None, device_types=None):
+        """ProcessGroup::splitGroup as torch.distributed.split_group calls it: this rank's group of `ranks` (group
+        ranks of this group, sorted), or None when this rank is not in it (ProcessGroupNCCL makes it with
+        ncclCommSplit, where non-members pass NCCL_SPLIT_NOCOLOR). Its communicator is made at its first
+        collective, like any other group's here; c10d registers the group in _world."""
+        ranks = sorted(int(r) for r in ranks)
+        if self.rank() not in ranks:
+            return None
+        parent = self._engine_group().ranks  # global ranks in group-rank order
+        pg = type(self)(self._store, ranks.index(self.rank()), len(ranks), copy.copy(opts) if opts is not None
+                        else None)
+        pg.options.group_name = group_name or ""
+        pg.options.global_ranks_in_group = [parent[r] for r in ranks]
+        if group_desc:
+            pg._set_group_desc(group_desc)
+        pg._backends = dict(self._config())
+        return pg
+
+    def get_group_store(self):
+        return self._store
 
     def eager_connect_single_device(self, device):
         pass
