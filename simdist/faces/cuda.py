@@ -94,10 +94,20 @@ class Stream(engine_streams.Stream):
     def stream_id(self):
         return self.id
 
+    @property
+    def native_handle(self):
+        return self.id
+
+    def is_capturing(self):
+        """torch.Stream.is_capturing: no CUDA graph capture is ever underway (simdist refuses capture by name)."""
+        return False
+
     def wait_event(self, event):
         event.wait(self)
 
     def wait_stream(self, stream):
+        if not isinstance(stream, engine_streams.Stream):  # a torch.Stream (torch.accelerator, the fake guard)
+            stream = _as_sim_stream(stream)
         self.wait_event(stream.record_event())
 
     def record_event(self, event=None):
@@ -146,6 +156,11 @@ class Stream(engine_streams.Stream):
         return False
 
 
+def _as_sim_stream(stream):
+    from .accelerator import sim_stream
+    return sim_stream(_rank(), stream)
+
+
 def _existing_stream(me, stream_id, index):
     """torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) wraps the stream of that id, it makes
     none (torch/cuda/streams.py Stream.__new__: `if device is None or ("stream_id" in kwargs and "device_index" in
@@ -174,6 +189,8 @@ class Event:
         me = _rank()
         if stream is None:
             stream = me.current_stream()
+        elif not isinstance(stream, engine_streams.Stream):
+            stream = _as_sim_stream(stream)
         self.stream = stream
         self.marker = stream.record_marker(me.host)
 
@@ -181,6 +198,8 @@ class Event:
         me = _rank()
         if stream is None:
             stream = me.current_stream()
+        elif not isinstance(stream, engine_streams.Stream):
+            stream = _as_sim_stream(stream)
         if self.marker is not None:
             stream.wait_marker(me.host, self.marker)
 
@@ -240,7 +259,23 @@ def device_count():
 
 
 def current_device():
-    return _rank().current_device
+    me = _rank()
+    me.device()  # torch.cuda.current_device() initializes CUDA (torch/cuda/__init__.py: _lazy_init())
+    return me.current_device
+
+
+def lazy_init():
+    """torch.cuda.init() / _lazy_init(): CUDA is initialized on the rank's current device."""
+    _rank().device()
+
+
+def is_initialized():
+    """Whether this rank has initialized CUDA. torch initializes it lazily, at the first call that needs a
+    device (a CUDA tensor, a stream, set_device, current_device, ...; torch/cuda/__init__.py `_lazy_init`), not at
+    import: DeviceMesh picks each rank's GPU from LOCAL_RANK only while it is uninitialized
+    (torch/distributed/device_mesh.py `_setup_world_group_and_device`). A rank's first device object is made
+    exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device"."""
+    return bool(_rank().devices)
 
 
 def set_device(device):
@@ -591,8 +626,8 @@ def cuda_patches():
         reset_peak_memory_stats=reset_peak_memory_stats, mem_get_info=mem_get_info,
         get_device_properties=get_device_properties, get_device_name=get_device_name,
         get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
-        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=_noop, init=_noop,
-        is_initialized=_true, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
+        manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=lazy_init, init=lazy_init,
+        is_initialized=is_initialized, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
         get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
         seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
         memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
@@ -620,6 +655,10 @@ def cuda_patches():
             (torch._C, "_cuda_getMemoryFraction", _get_memory_fraction),
             (torch._C, "_cuda_getAllocatorBackend", _allocator_backend),
             (c, "MemPool", _RefusedMemPool), (_memory, "MemPool", _RefusedMemPool)]
+    from .comm import comm_patches, parallel_apply_patches
+    out += comm_patches() + parallel_apply_patches()
+    from .accelerator import accelerator_patches
+    out += accelerator_patches()
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
     # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's

@@ -19,6 +19,7 @@ from ..engine.errors import SimulationError, UnsupportedOperation
 from . import guard
 from . import rules  # noqa: F401  (registers the op rules)
 from .cuda import cuda_patches
+from .sdpa import sdpa_patches
 from .dispatch import RankMode
 from .host_memory import location_tag_checked
 from .c10d import RankC10d, c10d_patches
@@ -558,6 +559,7 @@ def _patch_list():
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
     ]
     items += c10d_patches()
+    items += sdpa_patches()
     if guard.available() and _orig_engine_run_backward is not None:
         items.append((torch.autograd, "_engine_run_backward", _engine_run_backward))
     return items
