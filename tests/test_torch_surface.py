@@ -461,3 +461,95 @@ def test_allocation_past_the_device_or_the_memory_fraction_is_out_of_memory_afte
     r = simdist.run(fn)
     assert r.returns[0] == {"huge": "CUDA out of memory", "reserved_after_retry": 40, "limited": True,
                             "retries": 3, "ooms": 2, "after": True}, r.returns[0]
+
+
+def test_cuda_comm_broadcast_scatter_gather_across_simulated_devices():
+    """torch.cuda.comm's C++ half on simulated devices (torch/csrc/cuda/comm.cpp): broadcast gives the source tensor
+    itself for its own device and copies elsewhere, scatter keeps the source device's chunk a view, gather fills a
+    new tensor on the destination (CPU for -1), broadcast_coalesced returns the inputs for devices[0]; each copy
+    is a device-to-device copy (the destination's current stream waits for it). A CPU build has none of
+    torch._C._broadcast/_scatter/_gather/_broadcast_coalesced: simdist raised torch's raw AttributeError."""
+    import torch.cuda.comm as comm
+
+    def fn():
+        x = torch.arange(8.0, device="cuda:0")
+        b = comm.broadcast(x, devices=[0, 1])
+        p = comm.scatter(x, devices=[0, 1], chunk_sizes=[3, 5])
+        g = comm.gather([p[1], p[0]], destination=-1)
+        c = comm.broadcast_coalesced([x, x[:2] * 3], devices=[0, 1])
+        return (b[0].data_ptr() == x.data_ptr(), b[1].device.index, b[1].sum().item(),
+                p[0].data_ptr() == x.data_ptr(), p[1].device.index, g.device.type, g.tolist(),
+                c[0][0].data_ptr() == x.data_ptr(), c[1][1].device.index, c[1][1].tolist())
+
+    r = simdist.run(fn, device_count=2)
+    assert r.returns[0] == (True, 1, 28.0, True, 1, "cpu", [3.0, 4.0, 5.0, 6.0, 7.0, 0.0, 1.0, 2.0], True, 1,
+                            [0.0, 3.0]) and not r.hazards
+
+
+def test_data_parallel_runs_each_replica_on_its_device():
+    """nn.DataParallel: parallel_apply runs one host thread per replica (torch/nn/parallel/parallel_apply.py), each
+    inside `torch.accelerator.device_index(device)` and its device's current stream; simdist runs the workers one
+    after the other in the rank's thread (one interleaving of those threads), so each replica's kernels go to its
+    own device and the gathered output and the reduced gradients equal the CPU module's. The worker threads had no
+    simulated rank: torch.cuda raised SimulationError inside them."""
+    def fn():
+        torch.manual_seed(0)
+        ref = torch.nn.Linear(4, 3)
+        m = torch.nn.Linear(4, 3).cuda()
+        m.load_state_dict(ref.state_dict())
+        x = torch.randn(6, 4)
+        out = torch.nn.DataParallel(m, device_ids=[0, 1])(x.cuda())
+        out.sum().backward()
+        ref(x).sum().backward()
+        return (out.device.index, torch.allclose(out.detach().cpu(), ref(x).detach(), atol=1e-6),
+                torch.allclose(m.weight.grad.cpu(), ref.weight.grad, atol=1e-6))
+
+    r = simdist.run(fn, device_count=2)
+    assert r.returns[0] == (0, True, True) and not r.hazards
+
+
+def test_accelerator_streams_and_devices_are_torch_cudas():
+    """torch.accelerator.current_stream(i) is device i's current CUDA stream (equal to torch.cuda.current_stream(i),
+    a side stream inside its context), set_stream takes a torch.cuda.Stream, device_index / set_device_index switch
+    torch.cuda's current device, and torch.Event records on and waits into those streams (torch/accelerator/
+    __init__.py over torch/csrc/DeviceAccelerator.cpp, the CUDA backend's VirtualGuardImpl). The fake guard's
+    answers were a torch.Stream of id 0 that wait_stream rejected ("Unknown device: 104"), unequal to the side
+    stream, and device_index(1) left torch.cuda on device 0."""
+    def fn(wait):
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            same = torch.accelerator.current_stream() == side
+        with torch.accelerator.device_index(1):
+            dev = torch.empty(1, device="cuda").device.index
+        x = torch.ones(1 << 12, device="cuda")
+        side.wait_stream(torch.accelerator.current_stream())
+        ev = torch.Event(device="cuda")
+        with torch.cuda.stream(side):
+            y = x * 2
+            ev.record()
+        if wait:
+            ev.wait(torch.accelerator.current_stream())
+        y.record_stream(torch.cuda.current_stream())
+        return same, dev, torch.cuda.current_device(), (y + 1).sum().item()
+
+    for wait in (True, False):
+        r = simdist.run(fn, args=(wait,), device_count=2)
+        assert r.returns[0] == (True, 1, 0, 3.0 * (1 << 12))
+        assert bool(r.hazards) == (not wait), r.report()
+
+
+def test_dcp_async_save_staging_of_device_tensors_is_refused_by_name(tmp_path):
+    """torch.distributed.checkpoint.async_save stages a state dict by making host storages from each tensor's
+    storage type (`type(storage)(n, device="cpu")`, pinned, then `copy_(storage, non_blocking=...)`:
+    torch/distributed/checkpoint/_state_dict_stager.py _stage_untyped_storage). simdist does not model that
+    staging: it raises UnsupportedOperation saying so (it raised a raw TypeError from SimStorage.__init__)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    def prog():
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        sd = {"w": torch.arange(8, dtype=torch.float32, device="cuda")}
+        dcp.async_save(sd, checkpoint_id=str(tmp_path)).result()
+
+    with pytest.raises(simdist.UnsupportedOperation, match="async_save's state-dict stager"):
+        simdist.run(prog, world_size=2, torchrun=True)

@@ -1,0 +1,128 @@
+"""torch.accelerator's device and stream calls, and the generic torch.Event, inside a simulated rank: the same
+simulated devices, streams and events as torch.cuda's.
+
+On a CUDA machine torch.accelerator.current_stream(i) is device i's current CUDA stream, equal to
+torch.cuda.current_stream(i) (a torch.cuda.Stream is a torch.Stream), set_device_index / device_index switch
+torch.cuda's current device, and torch.Event records on and waits into any of those streams
+(torch/accelerator/__init__.py over torch/csrc/DeviceAccelerator.cpp: c10::impl::VirtualGuardImpl of the CUDA
+backend). A CPU build answers these through simdist's fake guard only: the stream came back as a torch.Stream of
+id 0 that no simulated object accepted (wait_stream raised "Unknown device", torch.cuda.Event.wait raised
+AttributeError), it compared unequal to the side stream it stood for, and device_index(1) left torch.cuda on
+device 0. Outside a rank everything is torch's own.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import streams as engine_streams
+from ..engine.context import current_rank
+from ..engine.errors import UnsupportedOperation
+from . import cuda as _cuda
+
+
+def sim_stream(me, s):
+    """A simulated stream for `s`: a simdist stream as it is; a torch.Stream of a CUDA device as the fake guard
+    numbers them (0: the device's current stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
+    if s is None or isinstance(s, engine_streams.Stream):
+        return s
+    if isinstance(s, torch.Stream) and s.device_type == 1:
+        from .guard_events import _stream
+        return _stream(me, s.device_index if s.device_index >= 0 else me.current_device, s.stream_id)
+    raise UnsupportedOperation(f"{s!r} as a stream of a simulated rank is not modelled by simdist")
+
+
+def _in_rank(orig, fn):
+    def call(*args, **kwargs):
+        me = current_rank()
+        if me is None:
+            return orig(*args, **kwargs)
+        return fn(me, *args, **kwargs)
+    call.__name__ = getattr(orig, "__name__", fn.__name__)
+    return call
+
+
+def _get_device_index(me):
+    return me.current_device
+
+
+def _set_device_index(me, index):
+    _cuda.set_device(int(index))
+
+
+def _exchange_device(me, index):
+    """c10::impl exchangeDevice: the previous index; a negative index switches nothing."""
+    prev = me.current_device
+    if index >= 0 and index != prev:
+        _cuda.set_device(int(index))
+    return prev
+
+
+def _get_stream(me, index):
+    return _cuda.current_stream(index)
+
+
+def _set_stream(me, stream):
+    _cuda.set_stream(sim_stream(me, stream))
+
+
+def _synchronize_device(me, index):
+    _cuda.synchronize(index)
+
+
+class Event(_cuda.Event):
+    """torch.Event(device=None, *, enable_timing=False, blocking=False, interprocess=False) of the CUDA device:
+    simdist's CUDA event (record, wait, query, synchronize, elapsed_time), taking simulated streams and the
+    torch.Stream objects of the fake guard."""
+
+    def __init__(self, device=None, *, enable_timing=False, blocking=False, interprocess=False):
+        me = current_rank()
+        dev = torch.device(device) if device is not None else torch.device("cuda")
+        if dev.type != "cuda":
+            raise UnsupportedOperation(f"torch.Event(device={device!r}) inside a simulated rank (only CUDA events "
+                                       "are modelled by simdist)")
+        super().__init__(enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+        self._device = torch.device("cuda", dev.index if dev.index is not None else me.current_device)
+
+    @property
+    def device(self):
+        return self._device
+
+    def record(self, stream=None):
+        super().record(sim_stream(current_rank(), stream))
+
+    def wait(self, stream=None):
+        super().wait(sim_stream(current_rank(), stream))
+
+    def __repr__(self):
+        return f"torch.Event device_type=cuda, device_index={self._device.index} [simdist]"
+
+
+class _EventClass(type):
+    """torch.Event while a run is installed: inside a rank simdist's Event, outside it torch's own; isinstance
+    accepts both."""
+
+    def __call__(cls, *args, **kwargs):
+        if current_rank() is None:
+            return _TORCH_EVENT(*args, **kwargs)
+        return Event(*args, **kwargs)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (_TORCH_EVENT, Event))
+
+
+_TORCH_EVENT = torch.Event
+
+
+class TorchEvent(metaclass=_EventClass):
+    pass
+
+
+def accelerator_patches():
+    C = torch._C
+    fns = {"_accelerator_getDeviceIndex": _get_device_index, "_accelerator_setDeviceIndex": _set_device_index,
+           "_accelerator_exchangeDevice": _exchange_device, "_accelerator_maybeExchangeDevice": _exchange_device,
+           "_accelerator_getStream": _get_stream, "_accelerator_setStream": _set_stream,
+           "_accelerator_synchronizeDevice": _synchronize_device}
+    out = [(C, name, _in_rank(getattr(C, name), fn)) for name, fn in fns.items() if hasattr(C, name)]
+    out.append((torch, "Event", TorchEvent))
+    return out
