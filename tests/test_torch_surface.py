@@ -536,3 +536,20 @@ def test_accelerator_streams_and_devices_are_torch_cudas():
         r = simdist.run(fn, args=(wait,), device_count=2)
         assert r.returns[0] == (True, 1, 0, 3.0 * (1 << 12))
         assert bool(r.hazards) == (not wait), r.report()
+
+
+def test_dcp_async_save_staging_of_device_tensors_is_refused_by_name(tmp_path):
+    """torch.distributed.checkpoint.async_save stages a state dict by making host storages from each tensor's
+    storage type (`type(storage)(n, device="cpu")`, pinned, then `copy_(storage, non_blocking=...)`:
+    torch/distributed/checkpoint/_state_dict_stager.py _stage_untyped_storage). simdist does not model that
+    staging: it raises UnsupportedOperation saying so (it raised a raw TypeError from SimStorage.__init__)."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    def prog():
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        sd = {"w": torch.arange(8, dtype=torch.float32, device="cuda")}
+        dcp.async_save(sd, checkpoint_id=str(tmp_path)).result()
+
+    with pytest.raises(simdist.UnsupportedOperation, match="async_save's state-dict stager"):
+        simdist.run(prog, world_size=2, torchrun=True)

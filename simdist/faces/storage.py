@@ -74,14 +74,30 @@ def check_usable(t):
                               "('out of bounds for storage')")
 
 
+def _refuse_new_storage(args, kwargs):
+    """`type(storage)(n, device=...)` of a simulated tensor's storage: a new storage made from its type, as
+    torch.distributed.checkpoint's staging does for async_save (_state_dict_stager.py _stage_untyped_storage:
+    a CPU storage, pinned, filled by `copy_(storage, non_blocking=...)`). Not modelled: refused by name."""
+    raise UnsupportedOperation(
+        "a new storage made from a simulated CUDA tensor's storage type (type(t.untyped_storage())(n, device=...), "
+        "as torch.distributed.checkpoint.async_save's state-dict stager does to stage tensors into pinned host "
+        "memory) is not modelled by simdist; dcp.save, or staging with t.to('cpu') before async_save, is")
+
+
 class SimStorage:
     """Tensor.untyped_storage() of a simulated tensor: the bytes of its allocation. resize_(n) reallocates them
     as torch does (a new block of the caching allocator on the current stream, the old bytes copied up to the
     smaller size, every tensor viewing the storage moved along; resize_(0) frees them, as FSDP2 does between
     steps). Other UntypedStorage methods are refused by name (UnsupportedOperation)."""
 
-    def __init__(self, t):
+    def __init__(self, t=None, *args, **kwargs):
+        if args or kwargs or not hasattr(t, "_alloc"):
+            _refuse_new_storage(args, kwargs)
         self._tensor = t
+
+    @classmethod
+    def _new_shared(cls, *args, **kwargs):
+        _refuse_new_storage(args, kwargs)
 
     @property
     def device(self):
