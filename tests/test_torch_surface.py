@@ -553,3 +553,25 @@ def test_dcp_async_save_staging_of_device_tensors_is_refused_by_name(tmp_path):
 
     with pytest.raises(simdist.UnsupportedOperation, match="async_save's state-dict stager"):
         simdist.run(prog, world_size=2, torchrun=True)
+
+
+def test_dataloader_pin_memory_thread_pins_for_the_process_rank():
+    """DataLoader(pin_memory=True, num_workers>0) pins each batch in a thread of its own
+    (torch/utils/data/_utils/pin_memory.py _pin_memory_loop: torch.accelerator.set_device_index(device_id), then
+    data.pin_memory()); the batches it hands over are pinned, and async copies from them behave as from any pinned
+    buffer. That thread is no simulated rank's: it acts for the process's one rank, and with several rank threads
+    in one process it is refused by name. It raised torch's raw "Cannot initialize CUDA without ATen_cuda library"
+    (and SimulationError at set_device_index), so the loader died ("Pin memory thread exited unexpectedly")."""
+    from simdist import UnsupportedOperation
+
+    def fn():
+        ds = torch.utils.data.TensorDataset(torch.arange(32.0).view(16, 2))
+        tot, pinned = 0.0, True
+        for (b,) in torch.utils.data.DataLoader(ds, batch_size=4, pin_memory=True, num_workers=1):
+            pinned &= b.is_pinned()
+            tot += b.to("cuda", non_blocking=True).sum().item()
+        return tot, pinned
+
+    assert simdist.run(fn).returns == [(496.0, True)]
+    with pytest.raises(UnsupportedOperation, match="host thread the program started"):
+        simdist.run(fn, world_size=2)

@@ -11,5 +11,23 @@ def current_rank():
     return getattr(_tls, "rank", None)
 
 
+_live = {}  # thread ident -> the Rank that thread runs
+
+
 def set_current_rank(rank):
     _tls.rank = rank
+    if rank is None:
+        _live.pop(threading.get_ident(), None)
+    else:
+        _live[threading.get_ident()] = rank
+
+
+def process_rank():
+    """For a host thread the program itself started (DataLoader's pin-memory thread): the one simulated rank this
+    process runs, or None when it runs none or several (rank threads of one process)."""
+    ranks = {id(r): r for r in list(_live.values())}
+    return next(iter(ranks.values())) if len(ranks) == 1 else None
+
+
+def live_ranks():
+    return len({id(r) for r in list(_live.values())})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..engine import streams as engine_streams
-from ..engine.context import current_rank
+from ..engine.context import current_rank, live_ranks, process_rank
 from ..engine.errors import UnsupportedOperation
 from . import cuda as _cuda
 
@@ -31,10 +31,12 @@ def sim_stream(me, s):
     raise UnsupportedOperation(f"{s!r} as a stream of a simulated rank is not modelled by simdist")
 
 
-def _in_rank(orig, fn):
+def _in_rank(orig, fn, foreign):
     def call(*args, **kwargs):
         me = current_rank()
         if me is None:
+            if live_ranks():  # a host thread the program started (DataLoader's pin-memory thread)
+                return foreign(*args, **kwargs)
             return orig(*args, **kwargs)
         return fn(me, *args, **kwargs)
     call.__name__ = getattr(orig, "__name__", fn.__name__)
@@ -117,12 +119,35 @@ class TorchEvent(metaclass=_EventClass):
     pass
 
 
+def _foreign_device_index():
+    me = process_rank()
+    if me is None:
+        raise UnsupportedOperation("torch.accelerator in a host thread the program started, with several simulated "
+                                   "ranks in this process: which rank's device it is is not modelled by simdist")
+    return me.current_device
+
+
+def _foreign_refused(what):
+    def refuse(*args, **kwargs):
+        raise UnsupportedOperation(f"torch.accelerator.{what} in a host thread the program started (not a simulated "
+                                   "rank's thread) is not modelled by simdist")
+    return refuse
+
+
 def accelerator_patches():
+    """A host thread the program started (not a rank's) may set its own current device, as DataLoader's pin-memory
+    thread does first (torch/utils/data/_utils/pin_memory.py: torch.accelerator.set_device_index(device_id)): a
+    thread-local setting of a thread that launches no device work, so nothing to simulate; its streams are
+    refused by name."""
     C = torch._C
-    fns = {"_accelerator_getDeviceIndex": _get_device_index, "_accelerator_setDeviceIndex": _set_device_index,
-           "_accelerator_exchangeDevice": _exchange_device, "_accelerator_maybeExchangeDevice": _exchange_device,
-           "_accelerator_getStream": _get_stream, "_accelerator_setStream": _set_stream,
-           "_accelerator_synchronizeDevice": _synchronize_device}
-    out = [(C, name, _in_rank(getattr(C, name), fn)) for name, fn in fns.items() if hasattr(C, name)]
+    fns = {"_accelerator_getDeviceIndex": (_get_device_index, _foreign_device_index),
+           "_accelerator_setDeviceIndex": (_set_device_index, lambda index: None),
+           "_accelerator_exchangeDevice": (_exchange_device, lambda index: _foreign_device_index()),
+           "_accelerator_maybeExchangeDevice": (_exchange_device, lambda index: _foreign_device_index()),
+           "_accelerator_getStream": (_get_stream, _foreign_refused("current_stream")),
+           "_accelerator_setStream": (_set_stream, _foreign_refused("set_stream")),
+           "_accelerator_synchronizeDevice": (_synchronize_device, _foreign_refused("synchronize"))}
+    out = [(C, name, _in_rank(getattr(C, name), fn, foreign)) for name, (fn, foreign) in fns.items()
+           if hasattr(C, name)]
     out.append((torch, "Event", TorchEvent))
     return out

@@ -70,7 +70,7 @@ _orig_is_pinned = torch.Tensor.is_pinned
 
 
 def _pin_memory(self, device=None):
-    me = current_rank()
+    me = current_rank() or _program_thread_rank("Tensor.pin_memory")
     if me is not None:
         if self.device.type == "cuda":
             # aten _pin_memory has no CUDA kernel (Tensor.pin_memory of a device tensor raises on a GPU)
@@ -103,6 +103,19 @@ def _reads_host_bytes(orig, what):
 _tolist = _reads_host_bytes(torch.Tensor.tolist, "tolist")
 _numpy = _reads_host_bytes(torch.Tensor.numpy, "numpy")
 _tensor_str = _reads_host_bytes(torch._tensor_str._str, "print")
+
+
+def _program_thread_rank(what):
+    """The rank a host thread started by the program acts for (torch.utils.data's pin-memory thread pins each batch
+    for the process that iterates the loader): the process's one simulated rank; refused by name when rank threads
+    of one process could each own it; None outside a run."""
+    from ..engine.context import live_ranks, process_rank
+    me = process_rank()
+    if me is None and live_ranks() > 1:
+        raise UnsupportedOperation(f"{what} in a host thread the program started, with several simulated ranks in "
+                                   "this process (rank threads): which rank's host memory it is is not modelled by "
+                                   "simdist; run the ranks as processes (transport='processes')")
+    return me
 
 
 def _is_pinned(self, device=None):
