@@ -575,3 +575,17 @@ def test_dataloader_pin_memory_thread_pins_for_the_process_rank():
     assert simdist.run(fn).returns == [(496.0, True)]
     with pytest.raises(UnsupportedOperation, match="host thread the program started"):
         simdist.run(fn, world_size=2)
+
+
+def test_share_memory_of_a_cuda_tensor_is_a_no_op_and_it_is_shared():
+    """Tensor.share_memory_() / Module.share_memory() of CUDA tensors do nothing and return the tensor
+    (torch/storage.py _StorageBase.share_memory_: "only CPU uses POSIX shared memory"), and is_shared() is True
+    for a CUDA storage (torch/csrc/StorageMethods.cpp THPStorage_isShared); pytorch/examples mnist_hogwild calls
+    model.share_memory() on a CUDA model. simdist refused both by name (a refusal of what works on a GPU)."""
+    def fn():
+        x = torch.ones(4, device="cuda")
+        m = torch.nn.Linear(2, 2).cuda().share_memory()
+        return (x.share_memory_() is x, x.is_shared(), x.untyped_storage().is_shared(),
+                all(p.is_shared() for p in m.parameters()), torch.ones(2).is_shared())
+
+    assert simdist.run(fn).returns == [(True, True, True, True, False)]

@@ -129,6 +129,15 @@ class SimStorage:
     def is_cuda(self):
         return True
 
+    def share_memory_(self):
+        """A no-op for a CUDA storage (torch/storage.py _StorageBase.share_memory_: "only CPU uses POSIX shared
+        memory"; CUDA memory crosses processes through CUDA IPC at pickling instead)."""
+        return self
+
+    def is_shared(self):
+        """True for a CUDA storage (torch/csrc/StorageMethods.cpp THPStorage_isShared: CUDA is always shared)."""
+        return True
+
     def typed(self, dtype):
         return SimTypedStorage(self, dtype)
 
@@ -221,6 +230,18 @@ class SimTypedStorage:
 
     def _as_source(self, dtype, offset=None, size=None, stride=None):
         return self._untyped_storage._as_source(dtype, offset, size, stride)
+
+    def _share_memory_(self):
+        """torch/storage.py TypedStorage._share_memory_: the untyped storage's share_memory_ (a no-op on CUDA)."""
+        self._untyped_storage.share_memory_()
+        return self
+
+    share_memory_ = _share_memory_
+
+    def _is_shared(self):
+        return self._untyped_storage.is_shared()
+
+    is_shared = _is_shared
 
     def __eq__(self, other):
         return isinstance(other, SimTypedStorage) and other._untyped_storage == self._untyped_storage \
