@@ -653,3 +653,46 @@ def test_split_group_splits_the_default_group():
 
     with pytest.raises(RuntimeError, match="No device associated with the default pg"):
         simdist.run(unbound, world_size=2, torchrun=True)
+
+
+def test_p2p_inside_a_coalescing_block_is_one_nccl_group():
+    """isend/irecv issued inside `_coalescing_manager(group, device, async_ops=True)` run as one NCCL group
+    (ProcessGroupNCCL::startCoalescing opens ncclGroupStart, endCoalescing closes it), so a ring where every rank
+    sends before it receives completes; torch's batch_isend_irecv is built exactly this way
+    (torch/distributed/distributed_c10d.py batch_isend_irecv -> _coalescing_manager). simdist queued them one
+    after the other on the pair's stream and reported a Deadlock."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    def ring():
+        r, n = dist.get_rank(), dist.get_world_size()
+        send = torch.full((4,), float(r), device="cuda")
+        recv = torch.empty(4, device="cuda")
+        with _coalescing_manager(device=torch.device("cuda", r), async_ops=True) as cm:
+            dist.isend(send, (r + 1) % n)
+            dist.irecv(recv, (r - 1) % n)
+        cm.wait()
+        return recv.tolist()
+
+    assert simdist.run(ring, world_size=3).returns == [[2.0] * 4, [0.0] * 4, [1.0] * 4]
+
+
+def test_float8_and_unsigned_reductions_are_refused_by_name():
+    """NCCL reductions of float8 tensors: torch refuses them unless built with NCCL's fp8 types
+    (ProcessGroupNCCL.cpp allreduce: TORCH_CHECK(!isFloat8Type(...), "Float8 dtypes are not currenlty supported for
+    NCCL reductions")), newer builds reduce them natively; the unsigned types mapped depend on the build. simdist
+    does not model either: UnsupportedOperation (it crashed with CPU torch's NotImplementedError "add_stub" not
+    implemented). Gathers of float8 (bytes moved, no arithmetic) are modelled."""
+    def reduce_f8():
+        t = torch.ones(4, device="cuda").to(torch.float8_e4m3fn)
+        dist.all_reduce(t)
+
+    with pytest.raises(simdist.UnsupportedOperation, match="float8_e4m3fn"):
+        simdist.run(reduce_f8, world_size=2)
+
+    def gather_f8():
+        t = torch.full((2,), float(dist.get_rank() + 1), device="cuda").to(torch.float8_e4m3fn)
+        out = torch.empty(4, device="cuda", dtype=torch.float8_e4m3fn)
+        dist.all_gather_into_tensor(out, t)
+        return out.float().tolist()
+
+    assert simdist.run(gather_f8, world_size=2).returns == [[1.0, 1.0, 2.0, 2.0]] * 2

@@ -60,6 +60,12 @@ def _redop_name(op, tensor=None):
     n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
     n = n.split(".")[-1].upper()
     cuda = tensor is not None and tensor.device.type == "cuda"
+    if cuda and tensor.dtype in _UNREDUCED_DTYPES:
+        raise UnsupportedOperation(
+            f"an NCCL reduction ({n}) of a {tensor.dtype} tensor is not modelled by simdist: torch refuses float8 "
+            "reductions unless built with NCCL's fp8 types (ProcessGroupNCCL: 'Float8 dtypes are not currenlty "
+            "supported for NCCL reductions'), and which unsigned types it maps depends on the build; gathers and "
+            "broadcasts of these dtypes are modelled")
     if n == "PREMUL_SUM":
         f = getattr(op, "factor", None)
         if f is None:
@@ -75,6 +81,11 @@ def _redop_name(op, tensor=None):
     if n == "SUM" and cuda and tensor.dtype == torch.bool:
         return "MAX"  # ProcessGroupNCCL maps SUM of bools to MAX (a bitwise or) against uint8 overflow
     return n
+
+
+_UNREDUCED_DTYPES = frozenset(getattr(torch, n) for n in (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint16", "uint32",
+    "uint64") if hasattr(torch, n))
 
 
 def _sig_t(t):
@@ -758,7 +769,9 @@ class SimProcessGroup(dist.ProcessGroup):
         pair = me.collectives.p2p_pair(g, src, dst)
         desc = f"{what}({t.dtype}{list(t.shape)}, {'dst' if is_send else 'src'}={gpeer})"
         si = pair.index[src]
-        batched = _batch(me).take(t)
+        # a batch_isend_irecv, or any P2P inside a `_coalescing_manager(group, device)` block (_start_coalescing: one
+        # ncclGroupStart/End around them, as batch_isend_irecv itself is built), is one NCCL group
+        batched = _batch(me).take(t) or self._coalesced is not None
         return self._run("p2p", desc, ("p2p", _sig_t(t)), [t] if is_send else [], [] if is_send else [t],
                          lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], True,
                          nbytes=t.numel() * t.element_size(), group=pair,
