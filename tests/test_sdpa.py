@@ -200,21 +200,3 @@ def test_dtensor_tensor_parallel_attention_runs_as_on_a_gpu(tmp_path, dtype):
     script.write_text(DTENSOR_TP.replace("DTYPE", f"torch.{dtype}"))
     res = simdist.run_script(str(script), world_size=2)
     assert res.hazards == []
-
-
-def test_cuda_is_initialized_lazily_per_rank():
-    """torch.cuda.is_initialized() is False until the rank's first CUDA call (torch/cuda/__init__.py _lazy_init):
-    DeviceMesh sets the device from LOCAL_RANK only then (torch/distributed/device_mesh.py)."""
-    def fn():
-        seen = [torch.cuda.is_initialized()]
-        torch.cuda.device_count()
-        seen.append(torch.cuda.is_initialized())
-        torch.zeros(1, device="cuda")
-        seen.append(torch.cuda.is_initialized())
-        return seen
-    assert simdist.run(fn, world_size=2).returns == [[False, False, True]] * 2
-
-    def current():
-        torch.cuda.current_device()
-        return torch.cuda.is_initialized()
-    assert simdist.run(current, world_size=1).returns == [True]

@@ -383,20 +383,77 @@ def _mem(device):
     return me.device(device_index(device, me)).memory
 
 
+def _alloc_conf(me):
+    """The allocator settings of this rank: PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF, then what
+    torch._C._accelerator_setAllocatorSettings (torch.cuda.memory._set_allocator_settings) set at run time
+    (c10/core/AllocatorConfig.cpp parseArgs: `key:value` pairs split at commas outside brackets)."""
+    conf = {}
+    import os
+    for text in [os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), os.environ.get("PYTORCH_ALLOC_CONF", "")] + \
+            getattr(me, "alloc_settings", []):
+        depth, item, items = 0, "", []
+        for ch in text:
+            depth += (ch == "[") - (ch == "]")
+            if ch == "," and depth == 0:
+                items.append(item)
+                item = ""
+            else:
+                item += ch
+        items.append(item)
+        for it in items:
+            key, _, value = it.strip().partition(":")
+            if key:
+                conf[key.strip()] = value.strip()
+    return conf
+
+
+# settings under which the caching allocator's figures differ from the default allocator's that simdist models:
+# expandable segments map 2 MiB / 20 MiB pages of one growing segment per stream (reserved figures), and the
+# others change block sizes or splitting (allocated figures too)
+_RESERVED_ONLY = {"expandable_segments": lambda v: v == "True", "garbage_collection_threshold": lambda v: True}
+_ALL_FIGURES = {"max_split_size_mb": lambda v: True, "roundup_power2_divisions": lambda v: True,
+                "backend": lambda v: v == "cudaMallocAsync"}
+
+
+def _figures(device, what, reserved=True):
+    """The device's allocator, for a figure `what`; refused by name under a setting whose figures simdist does not
+    model (they would be the default allocator's, a wrong value)."""
+    me = _rank()
+    conf = _alloc_conf(me) if (getattr(me, "alloc_settings", None) or _ALLOC_ENV_SET()) else {}
+    for table in ((_RESERVED_ONLY, _ALL_FIGURES) if reserved else (_ALL_FIGURES,)):
+        for key, on in table.items():
+            if key in conf and on(conf[key]):
+                raise UnsupportedOperation(f"torch.cuda.{what} under the allocator setting {key}:{conf[key]} is not "
+                                           "modelled by simdist (its figures are the default caching allocator's)")
+    return me.device(device_index(device, me)).memory
+
+
+def _ALLOC_ENV_SET():
+    import os
+    return "PYTORCH_CUDA_ALLOC_CONF" in os.environ or "PYTORCH_ALLOC_CONF" in os.environ
+
+
+def _set_allocator_settings(me, text):
+    """torch._C._accelerator_setAllocatorSettings(text): later settings win (AllocatorConfig::setAllocatorSettings)."""
+    if not hasattr(me, "alloc_settings"):
+        me.alloc_settings = []
+    me.alloc_settings.append(str(text))
+
+
 def memory_allocated(device=None):
-    return _mem(device).allocated_bytes
+    return _figures(device, "memory_allocated", reserved=False).allocated_bytes
 
 
 def max_memory_allocated(device=None):
-    return _mem(device).peak_bytes
+    return _figures(device, "max_memory_allocated", reserved=False).peak_bytes
 
 
 def memory_reserved(device=None):
-    return _mem(device).reserved_bytes
+    return _figures(device, "memory_reserved").reserved_bytes
 
 
 def max_memory_reserved(device=None):
-    return _mem(device).peak_reserved_bytes
+    return _figures(device, "max_memory_reserved").peak_reserved_bytes
 
 
 def reset_peak_memory_stats(device=None):
@@ -430,7 +487,12 @@ def _get_memory_fraction(device):
 
 
 def _allocator_backend():
-    """torch._C._cuda_getAllocatorBackend: simdist models PyTorch's native caching allocator."""
+    """torch._C._cuda_getAllocatorBackend: PyTorch's native caching allocator (the one simdist models), or
+    cudaMallocAsync where the allocator settings chose it (c10/cuda/CUDAAllocatorConfig.cpp parseAllocatorConfig:
+    backend)."""
+    me = current_rank()
+    if me is not None and _alloc_conf(me).get("backend") == "cudaMallocAsync":
+        return "cudaMallocAsync"
     return "native"
 
 
@@ -444,7 +506,7 @@ class _RefusedMemPool:
 
 
 def mem_get_info(device=None):
-    m = _mem(device)
+    m = _figures(device, "mem_get_info")
     return (TOTAL_MEMORY - m.reserved_bytes, TOTAL_MEMORY)
 
 
@@ -466,9 +528,22 @@ def is_bf16_supported(including_emulation=True):
     return True
 
 
+def _pending_seeds(me):
+    p = getattr(me, "pending_cuda_seeds", None)
+    if p is None:
+        p = me.pending_cuda_seeds = {}
+    return p
+
+
 def manual_seed(seed):
+    """torch.cuda.manual_seed: seeds the current device's generator, without initializing CUDA: before the
+    rank's first CUDA call it is queued and applied when the device is made (torch/cuda/random.py `_lazy_call`),
+    so seeding does not make `is_initialized()` true (DeviceMesh then picks the device from LOCAL_RANK)."""
     me = current_rank()
     if me is None:
+        return
+    if not me.devices:
+        _pending_seeds(me)[me.current_device] = int(seed)
         return
     me.device().generator.manual_seed(int(seed))
 
@@ -479,7 +554,11 @@ def _gen(device=None):
 
 
 def get_rng_state(device="cuda"):
-    return _gen(device).get_state()
+    """The device's default generator state as CUDA's: 16 bytes, (seed, offset) of its Philox stream
+    (aten/src/ATen/cuda/CUDAGeneratorImpl.cpp get_state). DTensor's RNG tracker reads and rewrites the offset in
+    place (torch/distributed/tensor/_random.py _PhiloxState: exactly one int64 after the seed). Ops on the default
+    generator draw from (seed, offset) alone (simdist/faces/rng.py launch_seed), so nothing else is needed."""
+    return _gen(device).get_state()[:16]
 
 
 def set_rng_state(new_state, device="cuda"):
@@ -488,7 +567,7 @@ def set_rng_state(new_state, device="cuda"):
 
 def get_rng_state_all():
     me = _rank()
-    return [me.device(i).generator.get_state() for i in range(me.world.device_count)]
+    return [me.device(i).generator.get_state()[:16] for i in range(me.world.device_count)]
 
 
 def set_rng_state_all(new_states):
@@ -527,7 +606,7 @@ class _DefaultGenerators:
 
 def memory_stats(device=None):
     """The keys of torch.cuda.memory_stats() that code reads most (bytes and counts, "all" pools)."""
-    m = _mem(device)
+    m = _figures(device, "memory_stats")
     # active: allocated, or freed with record_stream events still pending (CUDACachingAllocator.cpp: active_bytes
     # drop in free_block, after the events); allocation.all.current: blocks allocated now
     pending = sum(a.block.size for a, _ in m.pending_frees if a.block is not None)
@@ -546,11 +625,16 @@ def memory_summary(device=None, abbreviated=False):
 
 
 def manual_seed_all(seed):
+    """Every device's generator; for devices not made yet, queued (torch/cuda/random.py `_lazy_call(seed_all=True)`):
+    seeding does not initialize CUDA."""
     me = current_rank()
     if me is None:
         return
-    for i in range(me.world.device_count):
-        me.device(i).generator.manual_seed(int(seed))
+    pending = _pending_seeds(me)
+    pending.clear()
+    pending["all"] = int(seed)
+    for d in me.devices.values():
+        d.generator.manual_seed(int(seed))
 
 
 def _noop(*a, **k):

@@ -15,8 +15,13 @@ DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh 
 
 def _name_device(device):
     device.torch_device = torch.device("cuda", device.index)
-    # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank
-    device.generator = SimGenerator(device.torch_device).manual_seed(DEFAULT_RNG_SEED)
+    # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank, unless a
+    # seeding call made before CUDA was initialized is pending (simdist/faces/cuda.py manual_seed)
+    seed = DEFAULT_RNG_SEED
+    pending = getattr(device.owner, "pending_cuda_seeds", None)
+    if pending:
+        seed = pending.get(device.index, pending.get("all", seed))
+    device.generator = SimGenerator(device.torch_device).manual_seed(seed)
 
 
 def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False,
