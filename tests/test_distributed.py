@@ -696,3 +696,22 @@ def test_float8_and_unsigned_reductions_are_refused_by_name():
         return out.float().tolist()
 
     assert simdist.run(gather_f8, world_size=2).returns == [[1.0, 1.0, 2.0, 2.0]] * 2
+
+
+def test_collective_on_a_device_other_than_the_bound_one_is_refused():
+    """A group bound to a device (init_process_group(device_id=...), and the groups made after it) refuses a
+    collective on a tensor of another device with DistBackendError: ProcessGroupNCCL getNCCLComm/initNCCLComm,
+    "Tensor found on device ... but backend constrained to ...", C10_THROW_ERROR(DistBackendError, "Attempt to
+    perform collective on tensor not on device passed to init_process_group"). A script that binds device_id but
+    never calls set_device and makes tensors with device="cuda" (cuda:0) hits it on every rank but 0. simdist ran
+    the collective (and, with the communicator made eagerly, never even saw two ranks on one GPU)."""
+    def prog(sub):
+        lr = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl", device_id=torch.device("cuda", lr))
+        g = dist.new_group([0, 1]) if sub else None
+        x = torch.ones(4, device="cuda")  # cuda:0: the current device was never set
+        dist.all_reduce(x, group=g)
+
+    for sub in (False, True):
+        with pytest.raises(dist.DistBackendError, match="not on device passed to init_process_group"):
+            simdist.run(prog, world_size=2, torchrun=True, args=(sub,))

@@ -463,6 +463,14 @@ class SimProcessGroup(dist.ProcessGroup):
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
                                        "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
         world = me.world
+        bound = getattr(self, "bound_device_id", None)
+        if bound is not None and bound.index is not None:
+            other = next((t._dev.index for t in tensors if t._dev.index != bound.index), None)
+            if other is not None:  # ProcessGroupNCCL getNCCLComm / initNCCLComm
+                raise DistBackendError(
+                    f"Attempt to perform collective on tensor not on device passed to init_process_group ({kind} "
+                    f"of a tensor on cuda:{other}; the group {g.name} is bound to cuda:{bound.index}, 'Tensor found "
+                    f"on device cuda:{other} but backend constrained to cuda:{bound.index}')")
         self._used_devices.update(t._dev.index for t in tensors)
         default = c10d._world.default_pg
         if default is not None and getattr(default, "bound_device_id", None) is not None:
