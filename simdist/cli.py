@@ -244,6 +244,8 @@ def _program_traceback(e):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0].endswith(".py") and os.path.isfile(argv[0]):
+        argv.insert(0, "run")  # `simdist train.py ...` / `torchrun ... -m simdist train.py`: run is implied
     rest = []
     if "--" in argv and argv[:1] == ["run"]:  # script arguments, passed through untouched
         i = argv.index("--")

@@ -48,6 +48,15 @@ def test_run_a_torchrun_script_and_replay_it():
     assert fixed.stdout.count("sum=393216.0") == 2
 
 
+def test_a_script_path_implies_run():
+    """`simdist train.py ...` (what `torchrun ... -m simdist train.py` passes) is `simdist run train.py ...`."""
+    plain = _simdist("run", "examples/torchrun_allreduce.py", "-n", "2", "--", "--fix")
+    implied = _simdist("examples/torchrun_allreduce.py", "-n", "2", "--", "--fix")
+    assert implied.returncode == 0 and "no hazards" in implied.stdout, implied.stdout + implied.stderr
+    digest = re.compile(r"digest=(\w+)")
+    assert digest.search(implied.stdout).group(1) == digest.search(plain.stdout).group(1)
+
+
 def test_run_script_api_gives_each_rank_its_own_module(tmp_path):
     import simdist
     script = tmp_path / "counter.py"
