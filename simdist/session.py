@@ -6,6 +6,7 @@ runs every rank in this process (simdist/ranks/threads.py); simdist/launcher.py 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -83,9 +84,16 @@ def rank_body(world, fn, args, kwargs, torchrun):
     """What each rank's transport calls: the program, with the default group made at first use for a function
     (torchrun=False) as simdist.run documents."""
     def body(rank):
-        if not torchrun:
-            auto_init(world.ranks[rank])
-        return fn(*args, **kwargs)
+        me = world.ranks[rank]
+        # every op launched from inside this call has this frame and the transport's frames above it at the top of
+        # its stack, unchanged while the program runs: launch_kernel copies them once instead of walking them per op
+        me.stack_base = [sys._getframe(), -1, None]
+        try:
+            if not torchrun:
+                auto_init(me)
+            return fn(*args, **kwargs)
+        finally:
+            me.stack_base = None  # (the frame holds the program's arguments)
     return body
 
 

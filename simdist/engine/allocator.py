@@ -19,8 +19,8 @@ Rules mirrored from c10/cuda/CUDACachingAllocator.cpp:
 """
 from __future__ import annotations
 
-import bisect
 import os
+from bisect import bisect_left as _bisect_left, insort as _insort
 
 import torch
 
@@ -101,13 +101,14 @@ def recycle(memory):
 class Segment:
     """One cudaMalloc: a CPU byte buffer that tensors view."""
 
-    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison", "typed")
+    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison", "typed", "pool_key")
 
     def __init__(self, sid, size, stream, small, poison_byte):
         self.id = sid
         self.size = size
         self.stream = stream
         self.small = small
+        self.pool_key = (stream.id, small)  # the pool its free blocks go to (DeviceMemory.pools)
         self.live = 0
         # poison is written lazily, up to the highest byte any block has reached (blocks are carved from
         # the start), so a segment costs only what its tensors use
@@ -121,7 +122,10 @@ class Segment:
 
 
 class Block:
-    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key")
+    """A span of a segment. Its segment and offset never change (a split makes a new block for the rest, a merge
+    grows the block in front), so a view of its bytes stays valid for as long as the block lives."""
+
+    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key", "view_key", "view")
 
     def __init__(self, segment, offset, size):
         self.segment = segment
@@ -131,6 +135,10 @@ class Block:
         self.prev = None
         self.next = None
         self.pool_key = None
+        # the face's last view of these bytes and the layout object it was made for (simdist/faces/dispatch.py
+        # _allocate_layout): a block reused for the same layout gets the same view object back
+        self.view_key = None
+        self.view = None
 
 
 class Allocation:
@@ -199,16 +207,15 @@ class DeviceMemory:
     # --- pools -----------------------------------------------------------
     def _insert(self, block):
         seg = block.segment
-        key = (seg.stream.id, seg.small)
-        block.pool_key = key
+        block.pool_key = key = seg.pool_key
         pool = self.pools.get(key)
         if pool is None:
             pool = self.pools[key] = []
-        bisect.insort(pool, (block.size, seg.id, block.offset, id(block), block))
+        _insort(pool, (block.size, seg.id, block.offset, id(block), block))
 
     def _remove(self, block):
         pool = self.pools[block.pool_key]
-        i = bisect.bisect_left(pool, (block.size, block.segment.id, block.offset, id(block)))
+        i = _bisect_left(pool, (block.size, block.segment.id, block.offset, id(block)))
         assert pool[i][4] is block
         del pool[i]
         block.pool_key = None
@@ -222,7 +229,7 @@ class DeviceMemory:
         pool = self.pools.get((stream.id, small))
         block = None
         if pool:
-            i = bisect.bisect_left(pool, (size,))
+            i = _bisect_left(pool, (size,))
             if i < len(pool):
                 block = pool.pop(i)[4]  # _remove, at the index just found
                 block.pool_key = None
@@ -344,8 +351,15 @@ class DeviceMemory:
     def _release(self, alloc):
         block = alloc.block
         alloc.block = None
-        if alloc.records:  # (Detector.on_free has nothing to keep from bytes never accessed)
-            self.owner.detector.on_free(alloc, block)
+        recs = alloc.records
+        if recs:  # (Detector.on_free has nothing to keep from bytes never accessed, nor from the block's own stream)
+            own = alloc.stream
+            for r in recs:
+                if r.op.stream is not own:
+                    self.owner.detector.on_free(alloc, block)
+                    break
+            else:
+                alloc.records = []
         block.allocated = False
         block.segment.live -= 1
         for nb in (block.prev, block.next):

@@ -8,14 +8,18 @@ import sys
 import threading
 
 
-def capture_frames(depth=24, skip=2):
+def capture_frames(depth=24, skip=2, frame=None):
     """Cheap stack capture: (code, instruction offset) pairs; line numbers are resolved only when reported
     (f_lineno scans the code's line table on every access, f_lasti does not). `skip` frames above this one
-    are simdist's own (callers on the hot path know their depth; the report filters any that remain)."""
-    try:
-        f = sys._getframe(skip)
-    except ValueError:
-        f = sys._getframe(1)
+    are simdist's own (callers on the hot path know their depth; the report filters any that remain).
+    frame: start there instead."""
+    if frame is not None:
+        f = frame
+    else:
+        try:
+            f = sys._getframe(skip)
+        except ValueError:
+            f = sys._getframe(1)
     out = []  # flat: code, offset, code, offset... (one object per op: the run keeps every op's frames)
     add = out.append
     while f is not None and depth:

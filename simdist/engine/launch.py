@@ -10,6 +10,7 @@ face passes its tensors (simdist/faces/tensor.py SimTensor); engine tests pass s
 """
 from __future__ import annotations
 
+import sys
 from heapq import heappush
 
 from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
@@ -87,3 +88,102 @@ def _among(t, seq):
         if x is t:
             return True
     return False
+
+
+_new = object.__new__
+_getframe = sys._getframe
+
+
+def launch_kernel(rank, stream, name, fn, reads, out, nbytes, flops=0, skip=2):
+    """launch() for its commonest case, fused: one kernel `fn` (no collective, the duration from the cost model
+    and the policy) that writes one tensor `out` allocated for it and reads `reads` (`out` not among them: it is
+    fresh). Same op, same clocks, same records and in the same order as launch(rank, stream, name, "kernel", fn,
+    reads, (out,), nbytes, flops): tests/engine/test_launch_kernel.py holds them side by side.
+
+    skip: as launch's (capture_frames' skip as if launch_kernel called it)."""
+    host = rank.host
+    if stream.host_ver != host.ver:
+        stream.sync_host(host)
+    # Op(stream, name, "kernel", host.clock, fn) with what launch sets next, in one go (every slot of Op is set)
+    op = _new(Op)
+    op.stream = stream
+    op.name = name
+    op.kind = "kernel"
+    op.launch = t_launch = host.clock
+    op.fn = fn
+    op.seq = stream.seq = seq = stream.seq + 1
+    op.vc = stream.vc
+    op.deps_left = 0
+    op.waiters = None
+    op.done = False
+    op.watches = None
+    op.coll = None
+    op.vc_full = None
+    # capture_frames(20, skip), inlined (this frame stands where capture_frames' caller stood)
+    try:
+        f = _getframe(skip - 1)
+    except ValueError:
+        f = _getframe(0)
+    frames = []
+    add = frames.append
+    depth = 20
+    sb = rank.stack_base
+    base = sb[0] if sb is not None else None
+    while f is not None and depth:
+        if f is base:
+            # the frame that called the program, and those above it: they stay where they are while the program
+            # runs (a frame's caller cannot move while it runs), so their capture is kept while this frame's
+            # offset is the same
+            lasti = f.f_lasti
+            if sb[1] != lasti:
+                sb[2] = capture_frames(20, 0, f)
+                sb[1] = lasti
+            frames += sb[2][:2 * depth]
+            break
+        add(f.f_code)
+        add(f.f_lasti)
+        f = f.f_back
+        depth -= 1
+    op.frames = frames
+    key = (rank.rank, stream.name, seq)
+    base = KERNEL_FIXED_NS + nbytes // HBM_BYTES_PER_NS
+    if flops:
+        base += flops // FLOPS_PER_NS
+    op.dur = dur = rank.policy.kernel(key, base)
+    rank.schedule_log[key] = dur
+    tail = stream.tail
+    queue = rank.queue
+    if tail is None or tail.end is not None:
+        start = t_launch if tail is None or tail.end < t_launch else tail.end
+        op.start_lb = op.start = start
+        op.end = end = start + dur
+        queue.tie += 1
+        heappush(queue.heap, (end, queue.tie, op))
+    else:
+        op.start = op.end = None
+        op.start_lb = t_launch
+        queue.schedule(op, (tail,))
+    stream.tail = op
+    host.clock += LAUNCH_NS
+    detector = rank.detector
+    alloc, span = out._alloc, out._span
+    if span is not None and not alloc.records:  # Detector.access on untouched bytes (a fresh output)
+        alloc.records = [AccessRecord(op, span[0], span[1], True, alloc.id, span[2], out._inner, False)]
+    else:
+        detector.access(op, out._inner, alloc, True, span, False)
+    for t in reads:
+        alloc = t._alloc
+        records = alloc.records
+        span = t._span
+        if span is not None and len(records) == 1:
+            r = records[0]
+            if r.write and r.op.stream is stream:
+                # Detector.access's loop over one record: a write queued earlier on this stream is ordered before
+                # this read and is kept, whatever the bytes; the read is recorded after it
+                alloc.records = [r, AccessRecord(op, span[0], span[1], False, alloc.id, span[2], t._inner, False)]
+                continue
+        detector.access(op, t._inner, alloc, False, span)
+    launches = rank.launches = rank.launches + 1
+    if launches % DRAIN_EVERY == 0:
+        rank.drain_safe()
+    return op

@@ -61,6 +61,9 @@ class Rank:
         self.launches = 0
         self.floor = 0  # every event this rank does not know of yet happens at or after this time (turns.py)
         self.world_launches = 0  # launches of every rank, as of the last turn
+        # [frame, its f_lasti, its captured frames] of the call that runs the program (simdist/session.py
+        # rank_body), None outside it: the frames above the program, for launch_kernel
+        self.stack_base = None
 
     # --- devices -------------------------------------------------------------
     def new_stream_id(self):

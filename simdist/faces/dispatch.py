@@ -8,6 +8,7 @@ op's virtual end time. Views run at once (they touch no bytes).
 """
 from __future__ import annotations
 
+import weakref
 from functools import partial
 
 import torch
@@ -15,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
-from ..engine.launch import launch
+from ..engine.launch import launch, launch_kernel
 from . import rng
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import SPEC_FIXES, rule_for
@@ -25,6 +26,8 @@ from .tensor import HostProxy, SimTensor, set_router, view_bytes
 
 aten = torch.ops.aten
 _IS_PINNED = aten.is_pinned.default
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+_ref = weakref.ref
 _SPEC_CACHE: dict = {}
 _get_mode = torch._C._get_dispatch_mode
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
@@ -213,10 +216,17 @@ def _allocate_layout(dev, stream, lay):
     """A fresh tensor of layout `lay` on the stream's pool, with its byte span (the fast path keeps its layouts)."""
     nbytes = lay.nbytes
     alloc = dev.memory.malloc(nbytes, stream)
-    t = SimTensor(view_bytes(alloc, lay.shape, lay.stride, lay.dtype), dev, alloc, False, lay.shape, lay.stride, 0,
-                  lay.spec)
+    block = alloc.block
+    if block.view_key is lay:
+        # the block held this layout before: its CPU view is the same view of the same bytes (a view's metadata
+        # never changes in place: in-place metadata ops give the tensor a new view, rules/metadata.py)
+        inner = block.view
+    else:
+        inner = block.view = view_bytes(alloc, lay.shape, lay.stride, lay.dtype)
+        block.view_key = lay
+    t = SimTensor(inner, dev, alloc, False, lay.shape, lay.stride, 0, lay.spec)
     if nbytes:
-        lo = alloc.block.offset
+        lo = block.offset
         t._span = (lo, lo + nbytes, lay.dense)
     return t
 
@@ -272,6 +282,14 @@ class RankMode(TorchDispatchMode):
         return False  # keep the hot path free of torch._dynamo's disable wrapper (nothing here is compiled)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not kwargs:
+            # the fast path first: it takes only SimTensor / float / int arguments, so `types` is (SimTensor,)
+            # whenever it applies, and the checks below would route the op to it
+            info = _FAST_OPS.get(id(func))
+            if info is not None:
+                r = _fast_functional(self.me, info, args)
+                if r is not _MISS:
+                    return r
         kwargs = kwargs or {}
         ours = False
         for t in types:
@@ -305,12 +323,6 @@ class RankMode(TorchDispatchMode):
             if rule is not None:
                 return rule(self.me, func, args, kwargs)
             return factory(self.me, func, args, kwargs, dev)
-        if not kwargs:
-            info = _FAST_OPS.get(id(func))
-            if info is not None:
-                r = _fast_functional(self.me, info, args)
-                if r is not _MISS:
-                    return r
         return dispatch(self.me, func, args, kwargs)
 
 
@@ -553,10 +565,29 @@ def _fast_functional(me, info, args):
     stream = me.current_streams.get(dev.index)
     if stream is None:
         stream = dev.default_stream
-    out = _allocate_layout(dev, stream, lay)
-    nbytes += lay.nbytes
-    launch(me, stream, info.name, "kernel", partial(info.out_op, *cargs, out=out._inner), sims, (out,),
-           nbytes, _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
+    # _allocate_layout(dev, stream, lay), inlined, with SimTensor.__new__'s work for a fresh allocation
+    lnb = lay.nbytes
+    alloc = dev.memory.malloc(lnb, stream)
+    block = alloc.block
+    if block.view_key is lay:
+        inner = block.view
+    else:
+        inner = block.view = view_bytes(alloc, lay.shape, lay.stride, lay.dtype)
+        block.view_key = lay
+    out = _make_wrapper(SimTensor, lay.shape, strides=lay.stride, storage_offset=0, dtype=lay.dtype,
+                        device=dev.torch_device, requires_grad=False)
+    out._inner = inner
+    out._dev = dev
+    out._alloc = alloc
+    out._spec = lay.spec
+    if lnb:
+        lo = block.offset
+        out._span = (lo, lo + lnb, lay.dense)
+    else:
+        out._span = None
+    alloc.views.append(_ref(out))  # (a fresh allocation: no dead views to forget)
+    launch_kernel(me, stream, info.name, partial(info.out_op, *cargs, out=inner), sims, out, nbytes + lnb,
+                  _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
     return out
 
 
