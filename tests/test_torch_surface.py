@@ -589,3 +589,40 @@ def test_share_memory_of_a_cuda_tensor_is_a_no_op_and_it_is_shared():
                 all(p.is_shared() for p in m.parameters()), torch.ones(2).is_shared())
 
     assert simdist.run(fn).returns == [(True, True, True, True, False)]
+
+
+def test_allocator_settings_whose_figures_are_not_modelled_refuse_those_figures(monkeypatch):
+    """Under allocator settings that change the caching allocator's figures (c10/cuda/CUDAAllocatorConfig.cpp:
+    expandable_segments:True maps pages of one growing segment per stream, so reserved figures differ;
+    max_split_size_mb, roundup_power2_divisions and backend:cudaMallocAsync change block sizes, so allocated
+    figures differ too), the figures simdist would give are the default allocator's: reading them is refused by
+    name, from PYTORCH_CUDA_ALLOC_CONF or torch._C._accelerator_setAllocatorSettings at run time; switching a
+    setting off again gives them back, and get_allocator_backend names cudaMallocAsync when it is chosen.
+    simdist ignored the settings and returned the default figures (a silent wrong value)."""
+    from simdist import UnsupportedOperation
+
+    def fn():
+        out = []
+        x = torch.empty(1000, device="cuda")
+        torch._C._accelerator_setAllocatorSettings("expandable_segments:True")
+        out.append(torch.cuda.memory_allocated())
+        for f in (torch.cuda.memory_reserved, torch.cuda.memory_stats, torch.cuda.mem_get_info):
+            try:
+                f()
+            except UnsupportedOperation as e:
+                out.append("expandable_segments:True" in str(e))
+        torch._C._accelerator_setAllocatorSettings("expandable_segments:False")
+        out.append(torch.cuda.memory_reserved())
+        return out, x.numel()
+
+    assert simdist.run(fn).returns == [([4096, True, True, True, 2 << 20], 1000)]
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "roundup_power2_divisions:[256:1,512:2],backend:cudaMallocAsync")
+
+    def fig():
+        torch.empty(10, device="cuda")
+        backend = torch.cuda.get_allocator_backend()
+        try:
+            torch.cuda.memory_allocated()
+        except UnsupportedOperation as e:
+            return backend, "roundup_power2_divisions:[256:1,512:2]" in str(e)
+    assert simdist.run(fig).returns == [("cudaMallocAsync", True)]

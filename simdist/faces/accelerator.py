@@ -146,7 +146,9 @@ def accelerator_patches():
            "_accelerator_maybeExchangeDevice": (_exchange_device, lambda index: _foreign_device_index()),
            "_accelerator_getStream": (_get_stream, _foreign_refused("current_stream")),
            "_accelerator_setStream": (_set_stream, _foreign_refused("set_stream")),
-           "_accelerator_synchronizeDevice": (_synchronize_device, _foreign_refused("synchronize"))}
+           "_accelerator_synchronizeDevice": (_synchronize_device, _foreign_refused("synchronize")),
+           "_accelerator_setAllocatorSettings": (_cuda._set_allocator_settings,
+                                                 _foreign_refused("_set_allocator_settings"))}
     out = [(C, name, _in_rank(getattr(C, name), fn, foreign)) for name, (fn, foreign) in fns.items()
            if hasattr(C, name)]
     out.append((torch, "Event", TorchEvent))
