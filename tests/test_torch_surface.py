@@ -626,3 +626,19 @@ def test_allocator_settings_whose_figures_are_not_modelled_refuse_those_figures(
         except UnsupportedOperation as e:
             return backend, "roundup_power2_divisions:[256:1,512:2]" in str(e)
     assert simdist.run(fig).returns == [("cudaMallocAsync", True)]
+
+
+def test_cuda_ipc_handle_of_a_simulated_tensor_is_refused_by_name():
+    """torch.multiprocessing.reductions.reduce_tensor of a CUDA tensor asks its storage for a CUDA IPC handle
+    (`storage._share_cuda_()`, torch/multiprocessing/reductions.py reduce_tensor -> reduce_storage); colocated RL
+    refit (NeMo-RL, vLLM) hands packed weights to the inference engine this way. simdist has no second process to
+    map the memory into: UnsupportedOperation naming the IPC hand-off."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    def prog():
+        packed = torch.ones(16, device="cuda")
+        torch.cuda.current_stream().synchronize()
+        reduce_tensor(packed)
+
+    with pytest.raises(simdist.UnsupportedOperation, match="CUDA IPC handle"):
+        simdist.run(prog)

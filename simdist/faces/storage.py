@@ -178,6 +178,12 @@ class SimStorage:
 def _refuse_unmodelled(cls, real, name):
     """A storage API that torch's own storage class has and simdist's does not model: refused by name (anything
     else is an ordinary AttributeError, so hasattr() keeps working)."""
+    if name in ("_share_cuda_", "_new_shared_cuda", "_release_ipc_counter_cuda"):
+        raise UnsupportedOperation(
+            f"{real.__name__}.{name}: sharing a simulated CUDA tensor with another process through a CUDA IPC handle "
+            "(torch.multiprocessing.reductions.reduce_tensor / rebuild_cuda_tensor, as colocated RL refit hands "
+            "weights to an inference engine) is not modelled by simdist: the simulated ranks have no second "
+            "process to map the memory into")
     if not name.startswith("__") and hasattr(real, name):
         raise UnsupportedOperation(f"{real.__name__}.{name} of a simulated CUDA tensor's storage is not modelled by "
                                    f"simdist ({cls} models size, nbytes, data_ptr, resize_, device, "
