@@ -528,6 +528,39 @@ class _Entries:
         del self._d[name]
 
 
+class _Member:
+    """An item's membership of a list as an attribute, so that a patch adds it in place and takes it out after
+    (libraries append to such lists themselves: DTensor adds itself to torch.optim's foreach types at import)."""
+
+    def __init__(self, items, item):
+        object.__setattr__(self, "_items", items)
+        object.__setattr__(self, "_item", item)
+
+    @property
+    def present(self):
+        return self._item in self._items
+
+    def __setattr__(self, name, value):
+        if name != "present":
+            raise AttributeError(name)
+        if value and self._item not in self._items:
+            self._items.append(self._item)
+        elif not value:
+            while self._item in self._items:
+                self._items.remove(self._item)
+
+
+def _foreach_types_patches():
+    """On a GPU, torch.optim's optimizers and clip_grad_norm_ default to their foreach (multi-tensor) kernels
+    for CUDA tensors (torch/optim/optimizer.py `_default_to_fused_or_foreach`, torch/utils/_foreach_utils.py
+    `_has_foreach_support`), decided by `type(p) in _foreach_supported_types`: a simulated CUDA tensor is one, so
+    the same kernels run, in the same order and with the same temporaries, as on a GPU (not the per-parameter loop)."""
+    import torch.optim.optimizer as _optimizer
+    import torch.utils._foreach_utils as _foreach_utils
+    return [(_Member(_optimizer._foreach_supported_types, SimTensor), "present", True),
+            (_Member(_foreach_utils._foreach_supported_types, SimTensor), "present", True)]
+
+
 def _weights_only_allowed():
     # torch.load(weights_only=True), the default, calls only allow-listed rebuild functions, from a dict built
     # once (functools.lru_cache): built here, before the patch, it holds torch's own function, whose entry the
@@ -573,6 +606,7 @@ def _patch_list():
     ]
     items += c10d_patches()
     items += sdpa_patches()
+    items += _foreach_types_patches()
     if guard.available() and _orig_engine_run_backward is not None:
         items.append((torch.autograd, "_engine_run_backward", _engine_run_backward))
     return items
