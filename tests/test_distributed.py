@@ -715,3 +715,31 @@ def test_collective_on_a_device_other_than_the_bound_one_is_refused():
     for sub in (False, True):
         with pytest.raises(dist.DistBackendError, match="not on device passed to init_process_group"):
             simdist.run(prog, world_size=2, torchrun=True, args=(sub,))
+
+
+def test_list_all_gather_and_reduce_scatter_take_non_contiguous_list_entries():
+    """The list forms move their tensor lists through a flat buffer with copy_: ProcessGroupNCCL::allgather
+    gathers into `newLikeFlat(outputTensors)` and copies `outputFlattened[j]` into each output;
+    ProcessGroupNCCL::reduce_scatter copies each input into `inputFlattened[j]` first; only the single tensor is
+    checked (check_gpu_single_tensor), so column slices of a larger buffer are fine as list entries when all have
+    one size. simdist refused them with ValueError("Tensors must be contiguous"). The single input of all_gather
+    must still be contiguous."""
+    def prog():
+        n, r = dist.get_world_size(), dist.get_rank()
+        big = torch.zeros(4, 2 * n, device="cuda")
+        dist.all_gather([big[:, 2 * j:2 * j + 2] for j in range(n)], torch.full((4, 2), float(r + 1), device="cuda"))
+        src = torch.arange(8 * n, dtype=torch.float32, device="cuda").reshape(4, 2 * n)
+        out = torch.empty(4, 2, device="cuda")
+        dist.reduce_scatter(out, [src[:, 2 * j:2 * j + 2] for j in range(n)])
+        return big[0].tolist(), out[:, 0].tolist()
+
+    want_big = [1.0, 1.0, 2.0, 2.0]
+    assert simdist.run(prog, world_size=2).returns == [(want_big, [0.0, 8.0, 16.0, 24.0]),
+                                                        (want_big, [4.0, 12.0, 20.0, 28.0])]
+
+    def bad_input():
+        t = torch.zeros(2, 4, device="cuda").t()
+        dist.all_gather([torch.empty(4, 2, device="cuda") for _ in range(2)], t)
+
+    with pytest.raises(ValueError, match="Tensors must be contiguous"):
+        simdist.run(bad_input, world_size=2)

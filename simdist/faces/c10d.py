@@ -583,7 +583,14 @@ class SimProcessGroup(dist.ProcessGroup):
         if len(inputs) != 1 or len(output_lists) != 1:
             raise UnsupportedOperation("all_gather with several tensors per rank (one per device) is not modelled")
         t = _check(me, inputs[0], "all_gather")
-        outs = [_check(me, x, "all_gather") for x in output_lists[0]]
+        outs = [_check(me, x, "all_gather", p2p=True) for x in output_lists[0]]
+        staged = _stage_noncontiguous(outs, "all_gather", "outputs", _async(opts))
+        if staged is not None:  # ProcessGroupNCCL gathers into a flat buffer, then copy_ into each output
+            work = self.allgather([staged], inputs, opts)
+            for x, tmp in zip(outs, staged):
+                if x is not tmp:
+                    x.copy_(tmp)
+            return work
         g = self._engine_group()
         n = g.size()
         if len(outs) != n:
@@ -640,7 +647,13 @@ class SimProcessGroup(dist.ProcessGroup):
         if len(outputs) != 1 or len(input_lists) != 1:
             raise UnsupportedOperation("reduce_scatter with several tensors per rank is not modelled")
         o = _check(me, outputs[0], "reduce_scatter")
-        ins = [_check(me, x, "reduce_scatter") for x in input_lists[0]]
+        ins = [_check(me, x, "reduce_scatter", p2p=True) for x in input_lists[0]]
+        staged = _stage_noncontiguous(ins, "reduce_scatter", "inputs", _async(opts))
+        if staged is not None:  # ProcessGroupNCCL copies the inputs into a flat buffer first
+            for x, tmp in zip(ins, staged):
+                if x is not tmp:
+                    tmp.copy_(x)
+            return self.reduce_scatter(outputs, [staged], opts)
         g = self._engine_group()
         n = g.size()
         if len(ins) != n:
@@ -817,6 +830,26 @@ class SimProcessGroup(dist.ProcessGroup):
         if self._coalesced is not None:
             self._coalesced.append(w)
         return w
+
+
+def _stage_noncontiguous(ts, what, role, async_op):
+    """The list forms of all_gather (outputs) and reduce_scatter (inputs) take tensors of any layout when they all
+    have one size: ProcessGroupNCCL moves them through a flat buffer (newLikeFlat) with copy_ (allgather's
+    post-processing copies `outputFlattened[j]` into each output; reduce_scatter's pre-processing copies each input
+    into `inputFlattened[j]`), checking only the single tensor with check_gpu_single_tensor. A synchronous call is
+    modelled with contiguous stand-ins and copy_ on the current stream (the stream the collective is ordered on
+    for the caller); with async_op=True the copies would run on the NCCL stream: refused by name. Returns the
+    stand-ins (the contiguous tensors themselves where they are), or None when every tensor is contiguous."""
+    if all(t.is_contiguous() or _dense_format(t) for t in ts):
+        return None
+    if len({tuple(t.shape) for t in ts}) != 1:
+        raise ValueError("Tensors must be contiguous")
+    if async_op:
+        raise UnsupportedOperation(f"{what}(async_op=True) with non-contiguous {role}: ProcessGroupNCCL copies them "
+                                   "through a flat buffer on its NCCL stream; not modelled by simdist (a "
+                                   "synchronous call, or contiguous tensors, are)")
+    return [t if (t.is_contiguous() or _dense_format(t)) else torch.empty(t.shape, dtype=t.dtype, device=t.device)
+            for t in ts]
 
 
 def _root(opts, g, what):
