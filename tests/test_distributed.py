@@ -743,3 +743,22 @@ def test_list_all_gather_and_reduce_scatter_take_non_contiguous_list_entries():
 
     with pytest.raises(ValueError, match="Tensors must be contiguous"):
         simdist.run(bad_input, world_size=2)
+
+
+def test_process_group_nccl_options_exist_as_on_a_cuda_build():
+    """A CUDA build of torch has torch.distributed.ProcessGroupNCCL and its Options (is_high_priority_stream, and
+    the ncclConfig_t fields under .config: cga_cluster_size, max_ctas, ...), which libraries set before new_group
+    (megatron/core/parallel_state.py get_nccl_options; torch FSDP2's set_symm_mem_for_comm docstring). The CPU build
+    simdist runs on has none, so `dist.ProcessGroupNCCL.Options(...)` raised AttributeError inside a run. Inside a run
+    it is simdist's NCCL group; after the run the attribute is gone again, as on the CPU build."""
+    def prog():
+        opts = dist.ProcessGroupNCCL.Options(is_high_priority_stream=True)
+        opts.config.cga_cluster_size = 2
+        g = dist.new_group([0, 1], pg_options=opts)
+        t = torch.ones(4, device="cuda")
+        dist.all_reduce(t, group=g)
+        return opts.is_high_priority_stream, t[0].item(), dist.get_backend(g)
+
+    had = hasattr(dist, "ProcessGroupNCCL")
+    assert simdist.run(prog, world_size=2).returns == [(True, 2.0, "nccl")] * 2
+    assert hasattr(dist, "ProcessGroupNCCL") == had

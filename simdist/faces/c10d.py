@@ -22,6 +22,7 @@ Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/
 from __future__ import annotations
 
 import copy
+import types
 
 import torch
 import torch.distributed as dist
@@ -306,14 +307,14 @@ def _in_flight(me):
 class _Options:
     """ProcessGroupNCCL.Options / ProcessGroupGloo's options: what c10d sets on them."""
 
-    def __init__(self, *args, **kwargs):
-        self.is_high_priority_stream = False
+    def __init__(self, is_high_priority_stream=False, *args, **kwargs):
+        self.is_high_priority_stream = bool(is_high_priority_stream)  # ProcessGroupNCCL.Options(is_high_priority_stream=)
         self._timeout = None
         self.global_ranks_in_group = []
         self.group_name = ""
         self.split_from = None
         self.split_color = 0
-        self.config = None
+        self.config = types.SimpleNamespace()  # the ncclConfig_t fields (cga_cluster_size, max_ctas, ...): kept, unused
 
     def __getattr__(self, name):
         raise AttributeError(f"simdist's process group options have no {name!r}")
@@ -1035,8 +1036,7 @@ def c10d_patches():
         (c10d, "_get_default_group", _get_default_group),
         (torch._C, "_get_accelerator", _get_accelerator),
     ]
-    if hasattr(dist, "ProcessGroupNCCL"):
-        out.append((dist, "ProcessGroupNCCL", SimNCCL))
+    out.append((dist, "ProcessGroupNCCL", SimNCCL))  # a CUDA build has it (a CPU build, as here, does not)
     out.append((dist, "ProcessGroupGloo", SimGloo))
     for name in ("_create_c10d_store",):
         if hasattr(rdzv, name):
