@@ -642,3 +642,28 @@ def test_cuda_ipc_handle_of_a_simulated_tensor_is_refused_by_name():
 
     with pytest.raises(simdist.UnsupportedOperation, match="CUDA IPC handle"):
         simdist.run(prog)
+
+
+def test_device_properties_and_nested_memory_stats_answer_as_on_an_h200():
+    """torch.cuda.get_device_properties has the fields of torch._C._CudaDeviceProperties (torch/csrc/cuda/Module.cpp
+    registerCudaDeviceProperties: warp_size, max_threads_per_block, max_threads_per_multi_processor,
+    regs_per_multiprocessor, shared_memory_per_block(_optin), shared_memory_per_multiprocessor, clock and bus
+    figures, pci ids) with an H200's values; memory_stats_as_nested_dict is memory_stats nested at '.'
+    (torch/cuda/memory.py); the pinned host allocator's statistics are refused by name. These raised
+    AttributeError (a SimpleNamespace without the field; torch._C without _cuda_memoryStats/_cuda_hostMemoryStats)."""
+    from simdist import UnsupportedOperation
+
+    def fn():
+        p = torch.cuda.get_device_properties(0)
+        try:
+            torch.cuda.host_memory_stats()
+            host = None
+        except UnsupportedOperation:
+            host = "refused"
+        t = torch.empty(10, device="cuda")
+        nested = torch.cuda.memory_stats_as_nested_dict()
+        return ((p.warp_size, p.max_threads_per_block, p.max_threads_per_multi_processor, p.regs_per_multiprocessor,
+                 p.shared_memory_per_block_optin, p.multi_processor_count), host,
+                nested["allocated_bytes"]["all"]["current"] == torch.cuda.memory_allocated() == 512, t.numel())
+
+    assert simdist.run(fn).returns == [((32, 1024, 2048, 65536, 227 * 1024, 132), "refused", True, 10)]

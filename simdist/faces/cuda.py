@@ -511,9 +511,18 @@ def mem_get_info(device=None):
 
 
 def get_device_properties(device=None):
+    # the fields of torch._C._CudaDeviceProperties (torch/csrc/cuda/Module.cpp registerCudaDeviceProperties), with
+    # an H200 SXM's (sm_90: 132 SMs, 2048 threads and 64 Ki registers per SM, 227 KiB opt-in shared memory per
+    # block, 50 MiB L2, a 6144-bit HBM3e bus); code sizes its grids and blocks from them
+    idx = device_index(device, _rank()) if device is not None else _rank().current_device
     return SimpleNamespace(name="NVIDIA H200 (simdist)", major=9, minor=0, total_memory=TOTAL_MEMORY,
                            multi_processor_count=132, is_integrated=False, is_multi_gpu_board=False,
-                           L2_cache_size=60 * (1 << 20), gcnArchName="", uuid="simdist")
+                           max_threads_per_multi_processor=2048, max_threads_per_block=1024, warp_size=32,
+                           regs_per_multiprocessor=65536, shared_memory_per_block=48 * 1024,
+                           shared_memory_per_block_optin=227 * 1024, shared_memory_per_multiprocessor=228 * 1024,
+                           L2_cache_size=50 * (1 << 20), clock_rate=1980000, memory_clock_rate=3201000,
+                           memory_bus_width=6144, pci_bus_id=0x18 + idx, pci_device_id=0, pci_domain_id=0,
+                           gcnArchName="", uuid=f"simdist-{idx}")
 
 
 def get_device_name(device=None):
@@ -619,6 +628,19 @@ def memory_stats(device=None):
             "allocation.all.current": sum(s.live for s in m.segments)}
 
 
+def _memory_stats_nested(device=None):
+    """torch._C._cuda_memoryStats: memory_stats' keys as nested dicts (torch/cuda/memory.py memory_stats_as_nested_dict
+    returns it; memory_stats flattens it with '.')."""
+    out = {}
+    for key, value in memory_stats(device).items():
+        d = out
+        *path, last = key.split(".")
+        for part in path:
+            d = d.setdefault(part, {})
+        d[last] = value
+    return out
+
+
 def memory_summary(device=None, abbreviated=False):
     st = memory_stats(device)
     return "\n".join(f"{k}: {v}" for k, v in st.items())
@@ -694,6 +716,11 @@ _MEMORY_REFUSED = {
     "caching_allocator_delete": "torch.cuda.caching_allocator_delete (raw device pointers)",
     "change_current_allocator": "torch.cuda.memory.change_current_allocator (a custom allocator)",
     "use_mem_pool": "torch.cuda.use_mem_pool (a private memory pool of the caching allocator)",
+    "host_memory_stats": "torch.cuda.host_memory_stats (the pinned host allocator's statistics)",
+    "host_memory_stats_as_nested_dict": "torch.cuda.host_memory_stats_as_nested_dict (the pinned host allocator)",
+    "reset_peak_host_memory_stats": "torch.cuda.reset_peak_host_memory_stats (the pinned host allocator)",
+    "reset_accumulated_host_memory_stats": "torch.cuda.reset_accumulated_host_memory_stats (the pinned host "
+                                           "allocator)",
 }
 
 
@@ -738,6 +765,7 @@ def cuda_patches():
     out += [(torch._C, "_cuda_setMemoryFraction", _set_memory_fraction),
             (torch._C, "_cuda_getMemoryFraction", _get_memory_fraction),
             (torch._C, "_cuda_getAllocatorBackend", _allocator_backend),
+            (torch._C, "_cuda_memoryStats", _memory_stats_nested),
             (c, "MemPool", _RefusedMemPool), (_memory, "MemPool", _RefusedMemPool)]
     from .comm import comm_patches, parallel_apply_patches
     out += comm_patches() + parallel_apply_patches()
