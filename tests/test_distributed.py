@@ -82,7 +82,8 @@ def expected(kind, me, ranks):
         if op == "SUM":
             return sum(vs[1:], vs[0].clone())
         if op == "AVG":
-            return sum(vs[1:], vs[0].clone()) / n
+            # NCCL's ncclAvg on floats: a sum pre-multiplied by 1/n (enqueue.cc ncclDevPreMulSum), in rank order here
+            return sum((v * (1.0 / n) for v in vs[1:]), vs[0] * (1.0 / n))
         if op == "MAX":
             return torch.stack(vs).amax(0)
         if op == "MIN":
@@ -762,3 +763,20 @@ def test_process_group_nccl_options_exist_as_on_a_cuda_build():
     had = hasattr(dist, "ProcessGroupNCCL")
     assert simdist.run(prog, world_size=2).returns == [(True, 2.0, "nccl")] * 2
     assert hasattr(dist, "ProcessGroupNCCL") == had
+
+
+def test_avg_is_nccls_premultiplied_sum_on_floats_and_truncating_division_on_integers():
+    """ReduceOp.AVG is ncclAvg: on floating types NCCL runs it as a pre-multiplied sum by 1/nranks
+    (src/enqueue.cc: ncclAvg on floats -> ncclDevPreMulSum with scalar 1/nRanks), so fp16 values near the top of
+    the range average without overflowing (simdist summed first: 60000 + 60000 = inf in fp16); on integers it is
+    FuncSumPostDiv, a C division of the sum (truncation toward zero: -3 / 2 = -1; simdist floored to -2)
+    (src/device/reduce_kernel.h FuncSumPostDiv::postOp `return T(x/n)`)."""
+    def prog():
+        r = dist.get_rank()
+        i = torch.tensor([-1 - r, 3 + r], device="cuda", dtype=torch.int32)
+        dist.all_reduce(i, op=dist.ReduceOp.AVG)
+        h = torch.full((2,), 60000.0, device="cuda", dtype=torch.float16)
+        dist.all_reduce(h, op=dist.ReduceOp.AVG)
+        return i.tolist(), h.float().tolist()
+
+    assert simdist.run(prog, world_size=2).returns == [([-1, 3], [60000.0, 60000.0])] * 2

@@ -532,15 +532,16 @@ def reduce_values(vals, opname):
         for v in vals[1:]:
             acc.add_(v * f)
         return acc.to(vals[0].dtype)
+    if opname == "AVG" and (vals[0].is_floating_point() or vals[0].is_complex()):
+        # NCCL's ncclAvg on floats is a pre-multiplied sum by 1/nranks (enqueue.cc: ncclDevPreMulSum), not a sum
+        # then a division: fp16 values near the top of the range average without overflowing
+        return reduce_values(vals, f"PREMUL_SUM({1.0 / len(vals)!r})")
     acc = vals[0].clone()
     if opname in ("SUM", "AVG"):
         for v in vals[1:]:
             acc.add_(v)
-        if opname == "AVG":
-            if acc.is_floating_point():
-                acc.div_(len(vals))
-            else:
-                acc = torch.div(acc, len(vals), rounding_mode="floor").to(acc.dtype)
+        if opname == "AVG":  # integers: NCCL's FuncSumPostDiv, C division of the sum (truncation toward zero)
+            acc = torch.div(acc, len(vals), rounding_mode="trunc").to(acc.dtype)
     elif opname == "PRODUCT":
         for v in vals[1:]:
             acc.mul_(v)
