@@ -168,7 +168,16 @@ def launch_kernel(rank, stream, name, fn, reads, out, nbytes, flops=0, skip=2):
     detector = rank.detector
     alloc, span = out._alloc, out._span
     if span is not None and not alloc.records:  # Detector.access on untouched bytes (a fresh output)
-        alloc.records = [AccessRecord(op, span[0], span[1], True, alloc.id, span[2], out._inner, False)]
+        # AccessRecord(op, span[0], span[1], True, alloc.id, span[2], out._inner, False), every slot set
+        rec = _new(AccessRecord)
+        rec.op = op
+        rec.lo, rec.hi, rec.contig = span
+        rec.write = True
+        rec.gen = alloc.id
+        rec.view = out._inner
+        rec.iv = None
+        rec.rmw = False
+        alloc.records = [rec]
     else:
         detector.access(op, out._inner, alloc, True, span, False)
     for t in reads:
@@ -180,7 +189,15 @@ def launch_kernel(rank, stream, name, fn, reads, out, nbytes, flops=0, skip=2):
             if r.write and r.op.stream is stream:
                 # Detector.access's loop over one record: a write queued earlier on this stream is ordered before
                 # this read and is kept, whatever the bytes; the read is recorded after it
-                alloc.records = [r, AccessRecord(op, span[0], span[1], False, alloc.id, span[2], t._inner, False)]
+                rec = _new(AccessRecord)  # AccessRecord(op, span[0], span[1], False, alloc.id, span[2], t._inner)
+                rec.op = op
+                rec.lo, rec.hi, rec.contig = span
+                rec.write = False
+                rec.gen = alloc.id
+                rec.view = t._inner
+                rec.iv = None
+                rec.rmw = False
+                alloc.records = [r, rec]
                 continue
         detector.access(op, t._inner, alloc, False, span)
     launches = rank.launches = rank.launches + 1

@@ -574,8 +574,8 @@ def _fast_functional(me, info, args):
     else:
         inner = block.view = view_bytes(alloc, lay.shape, lay.stride, lay.dtype)
         block.view_key = lay
-    out = _make_wrapper(SimTensor, lay.shape, strides=lay.stride, storage_offset=0, dtype=lay.dtype,
-                        device=dev.torch_device, requires_grad=False)
+    # (storage offset 0 and requires_grad False are _make_wrapper_subclass's defaults: each keyword given costs)
+    out = _make_wrapper(SimTensor, lay.shape, strides=lay.stride, dtype=lay.dtype, device=dev.torch_device)
     out._inner = inner
     out._dev = dev
     out._alloc = alloc

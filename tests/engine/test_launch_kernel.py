@@ -39,7 +39,12 @@ def _op_fields(op):
 
 
 def _records(alloc):
-    return [(r.op.name, r.op.seq, r.lo, r.hi, r.write, r.gen, r.contig, r.rmw) for r in alloc.records]
+    from simdist.engine.detector import AccessRecord
+    for r in alloc.records:
+        for s in AccessRecord.__slots__:
+            getattr(r, s)  # every slot is set
+    return [(r.op.name, r.op.seq, r.lo, r.hi, r.write, r.gen, r.contig, r.rmw, r.iv, r.view.storage_offset(),
+             r.view.shape) for r in alloc.records]
 
 
 def _scenario(launcher, base_frame=None):
