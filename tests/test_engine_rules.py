@@ -769,3 +769,32 @@ def test_views_of_pending_pinned_buffer_read_nothing_reads_through_them_do():
     assert not res.hazards and res.returns[0]
     for how in ("print", "sum", "numpy"):
         assert kinds(simdist.run(fn, kwargs={"how": how})) == ["host-read"], how
+
+
+def test_a_data_dependent_index_error_in_a_kernel_is_a_device_side_assert():
+    """A bounds check that fails inside a CUDA kernel (embedding, index, gather/scatter, nll_loss targets) is a
+    device-side assert: torch.AcceleratorError (a RuntimeError) "CUDA error: device-side assert triggered"
+    (c10/cuda/CUDAException.h C10_CUDA_CHECK; CUDA_KERNEL_ASSERT in aten/src/ATen/native/cuda/Indexing.cu), while
+    shape errors are still raised at launch by the op's host code. simdist raised the CPU kernel's IndexError,
+    which a GPU never raises there (wrong exception type)."""
+    import simdist
+    err = getattr(torch, "AcceleratorError", RuntimeError)
+
+    def fn():
+        out = []
+        for f in (lambda: torch.nn.functional.embedding(torch.tensor([12], device="cuda"),
+                                                          torch.ones(10, 2, device="cuda")).sum().item(),
+                  lambda: torch.ones(3, device="cuda").gather(0, torch.tensor([5], device="cuda")).item(),
+                  lambda: torch.nn.functional.cross_entropy(torch.zeros(2, 3, device="cuda"),
+                                                            torch.tensor([0, 4], device="cuda")).item()):
+            try:
+                f()
+            except err as e:
+                out.append("device-side assert triggered" in str(e) and not isinstance(e, IndexError))
+        try:
+            torch.ones(2, device="cuda") + torch.ones(3, device="cuda")
+        except RuntimeError as e:
+            out.append(type(e) is RuntimeError)
+        return out
+
+    assert simdist.run(fn).returns == [[True, True, True, True]]

@@ -303,6 +303,16 @@ def op_error(op, e):
     """The exception a failing kernel raises, naming where it was launched (kernels run after their launch)."""
     if isinstance(e, SimulationError):
         return e
+    if isinstance(e, IndexError) or (type(e) is RuntimeError and "out of bounds" in str(e)):
+        # a data-dependent index check inside a CUDA kernel is a device-side assert (CUDA_KERNEL_ASSERT in the
+        # index, gather/scatter, embedding and nll_loss kernels), surfacing at a later CUDA call as
+        # torch.AcceleratorError "CUDA error: device-side assert triggered" (c10/cuda/CUDAException.h
+        # C10_CUDA_CHECK), not the IndexError of the CPU kernel simdist runs
+        err = getattr(torch, "AcceleratorError", RuntimeError)
+        new = err(f"CUDA error: device-side assert triggered\n(simdist: the CPU kernel of op {op.name} on "
+                  f"{op.stream.name} raised {type(e).__name__}: {e}; launched at:\n{format_frames(op.frames)})")
+        new.__cause__ = e
+        return new
     try:
         return type(e)(f"{e}\n(simdist: raised when op {op.name} on {op.stream.name} ran; launched at:\n"
                        f"{format_frames(op.frames)})")

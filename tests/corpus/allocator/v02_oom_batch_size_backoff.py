@@ -28,6 +28,7 @@ def should_reduce_batch_size(e):
 
 def main():
     torch.cuda.set_device(0)
+    torch.cuda.empty_cache()                          # the limit counts every reserved segment of the process
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(200 * MiB / total)
     st0 = torch.cuda.memory_stats()
