@@ -667,3 +667,20 @@ def test_device_properties_and_nested_memory_stats_answer_as_on_an_h200():
                 nested["allocated_bytes"]["all"]["current"] == torch.cuda.memory_allocated() == 512, t.numel())
 
     assert simdist.run(fn).returns == [((32, 1024, 2048, 65536, 227 * 1024, 132), "refused", True, 10)]
+
+
+def test_a_cuda_factory_with_pin_memory_raises_as_empty_cuda_does():
+    """torch.empty/zeros/randn(..., device="cuda", pin_memory=True) raise RuntimeError "Only dense CPU tensors can be
+    pinned" (aten/src/ATen/cuda/EmptyTensor.cpp empty_cuda: TORCH_CHECK(!pin_memory.has_value() || !*pin_memory)),
+    and pin_memory=False is accepted. simdist made an unpinned device tensor (a missed error)."""
+    def fn():
+        out = []
+        for f in (torch.empty, torch.zeros, torch.randn):
+            try:
+                f(4, device="cuda", pin_memory=True)
+                out.append("made")
+            except RuntimeError as e:
+                out.append(str(e))
+        return out, torch.zeros(2, device="cuda", pin_memory=False).sum().item()
+
+    assert simdist.run(fn).returns == [(["Only dense CPU tensors can be pinned"] * 3, 0.0)]

@@ -661,6 +661,9 @@ def _factory_device(me, dev):
 
 
 def factory(me, func, args, kwargs, tdev):
+    if kwargs.get("pin_memory"):
+        # aten/src/ATen/cuda/EmptyTensor.cpp empty_cuda: TORCH_CHECK(!pin_memory..., every CUDA factory's allocation
+        raise RuntimeError("Only dense CPU tensors can be pinned")
     dev = _factory_device(me, tdev)
     mkw = dict(kwargs)
     mkw["device"] = "meta"
