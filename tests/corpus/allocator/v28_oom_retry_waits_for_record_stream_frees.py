@@ -1,0 +1,40 @@
+"""Under a 64 MiB memory fraction, a 40 MiB buffer used on a side stream is freed with record_stream (its block
+waits for the side stream's work); the next 40 MiB allocation does not fit beside it, so the allocator's retry
+waits for the pending record_stream events, releases the cache and then succeeds (num_alloc_retries + 1, no OOM),
+and the new buffer's values are its own.
+
+EXPECTED: clean
+WORLD_SIZE: 1
+REASON: c10/cuda/CUDACachingAllocator.cpp malloc: alloc_block fails past allowed_memory_maximum, then release_cached_blocks -> synchronize_and_free_events (cudaEventSynchronize on every pending record_stream event, the blocks freed) and release of every unsplit free block, then alloc_block(isRetry) (num_alloc_retries += 1).
+"""
+import torch
+
+MiB = 1 << 20
+
+
+def main():
+    torch.cuda.set_device(0)
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(64 * MiB / total)
+    try:
+        side = torch.cuda.Stream()
+        st0 = torch.cuda.memory_stats()
+        a = torch.ones(40 * MiB, dtype=torch.uint8, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            s = a.sum(dtype=torch.int64)
+        a.record_stream(side)
+        del a                                            # pending: reusable once side's sum has run
+        b = torch.full((40 * MiB,), 3, dtype=torch.uint8, device="cuda")
+        st = torch.cuda.memory_stats()
+        assert st["num_alloc_retries"] - st0["num_alloc_retries"] == 1
+        assert st["num_ooms"] == st0["num_ooms"]
+        torch.cuda.current_stream().wait_stream(side)
+        assert s.item() == 40 * MiB and b.sum(dtype=torch.int64).item() == 3 * 40 * MiB
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+
+
+if __name__ == "__main__":
+    main()
