@@ -10,6 +10,8 @@ A turn whose rank would find nothing new is skipped: a rank whose last turn made
 device work run, its wait not over), with no message posted to it since and the same floor, would do exactly
 the same again, so it counts as a turn without progress without its transport switching to it (a thread switch,
 or a store round trip between processes). The decisions are those of taking the turn: skipping changes no run.
+Where every rank lives in one process (threads), a turn that can only read the floor (no message, no device work
+due, its wait not over) is taken on the baton holder's thread instead (quiet_turn): the same turn, no switch.
 
 When a whole round of turns makes no progress, every rank is waiting: the earliest time any of them can resume
 (the least known wait bound) is a floor under every event nobody knows of yet, and device work may proceed up to
@@ -19,6 +21,7 @@ a Deadlock. When every rank has finished and a round makes no progress, the run 
 from __future__ import annotations
 
 from .rank import BLOCKED, DONE, NEW
+from .scheduler import INF
 
 
 class Baton:
@@ -32,6 +35,7 @@ class Baton:
         self.states = [NEW] * n
         self.bounds = [None] * n  # the known resume time of each waiting rank
         self.launches = [0] * n
+        self.total_launches = 0  # sum(launches), kept as they change
         self.seen_floor = [None] * n  # the floor at each rank's last turn (None: it has not had one)
         self.idle = [False] * n  # whether each rank's last turn made no progress
         self.outcome = None  # None while running, then "finished" or "deadlock"
@@ -41,7 +45,7 @@ def begin_turn(rank, baton, messages):
     """The start of `rank`'s turn: read its messages, run its device work. Returns whether anything happened."""
     rank.floor = baton.floor
     baton.seen_floor[rank.rank] = baton.floor
-    rank.world_launches = sum(baton.launches) - baton.launches[rank.rank]
+    rank.world_launches = baton.total_launches - baton.launches[rank.rank]
     progressed = rank.deliver(messages)
     if rank.state != NEW:
         progressed = rank.service() or progressed
@@ -53,15 +57,16 @@ def can_resume(rank):
     return rank.state == BLOCKED and rank.wait_cond() is not None
 
 
-def end_turn(rank, baton, progressed, mail):
+def end_turn(rank, baton, progressed, mail, ranks=None):
     """The end of `rank`'s turn: record its state and pass the baton on (`mail[r]`: the messages waiting for
-    rank r). Returns the next holder, or None when the run is over (baton.outcome says how)."""
+    rank r). Returns the next holder, or None when the run is over (baton.outcome says how).
+
+    `ranks`: every rank (a transport whose ranks share this process: threads). A rank's turn that can only read
+    its floor (no message, no device work due, its wait not over) is then taken here, on the caller's thread,
+    instead of switching to the rank's own (quiet_turn): the same turn, without a thread switch."""
     r = rank.rank
-    baton.states[r] = rank.state
-    b = rank.wait_bound() if rank.state == BLOCKED and rank.wait_bound is not None else None
-    baton.bounds[r] = b
-    baton.launches[r] = rank.launches
-    baton.idle[r] = not progressed
+    _record(rank, baton, progressed)
+    me = r
     while True:
         baton.quiet = 0 if progressed else baton.quiet + 1
         if baton.quiet >= baton.n:  # a whole round without progress
@@ -78,8 +83,50 @@ def end_turn(rank, baton, progressed, mail):
         r = (r + 1) % baton.n
         baton.holder = r
         if not _nothing_new(baton, r, mail):
-            return r
-        progressed = False  # r's turn would read nothing and change nothing: taken as done
+            if ranks is None or r == me or mail[r] or baton.states[r] == NEW or not quiet_turn(ranks[r], baton):
+                return r
+        progressed = False  # r's turn would read nothing and change nothing (or was taken here): taken as done
+
+
+def _record(rank, baton, progressed):
+    r = rank.rank
+    baton.states[r] = rank.state
+    b = rank.wait_bound() if rank.state == BLOCKED and rank.wait_bound is not None else None
+    baton.bounds[r] = b
+    n = rank.launches
+    baton.total_launches += n - baton.launches[r]
+    baton.launches[r] = n
+    baton.idle[r] = not progressed
+
+
+def quiet_turn(rank, baton):
+    """Take `rank`'s turn on this thread if it can run nothing: no message waits for it (the caller checks) and
+    no device work is due up to where Rank.service would drain (its host clock or the floor, its known resume
+    time, everything once done), so the turn only reads the floor; then, unless its wait is over, record the
+    turn as one without progress and return True. Otherwise return False, and the rank takes its turn on its own
+    thread (device work runs there: thread-local torch state is the rank's). A rank whose wait is over is
+    switched to as before; the turn it takes there is this one again (the same floor, still nothing to run)."""
+    if rank.state == DONE:
+        target = INF
+    else:
+        target = rank.host.clock
+        if baton.floor > target:
+            target = baton.floor
+        if rank.state == BLOCKED and rank.wait_bound is not None:
+            b = rank.wait_bound()
+            if b is not None and b > target:
+                target = b
+    h = rank.queue.heap
+    if h and h[0][0] <= target:
+        return False
+    if begin_turn(rank, baton, ()):
+        from .errors import SimulationError
+        raise SimulationError(f"internal: rank {rank.rank}'s quiet turn ran device work (Rank.service drains "
+                              "further than turns.quiet_turn assumed)")
+    if can_resume(rank):
+        return False
+    _record(rank, baton, False)
+    return True
 
 
 def _nothing_new(baton, r, mail):

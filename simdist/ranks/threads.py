@@ -9,6 +9,7 @@ per-process state in modules needs one process per rank (simdist/ranks/processes
 """
 from __future__ import annotations
 
+import _thread
 import threading
 
 from ..engine.rank import BLOCKED, DONE, NEW, RUNNING
@@ -17,13 +18,22 @@ from . import RankHooks, TurnTaker
 
 
 class _Slot:
-    """The thread running one rank and the semaphore it parks on."""
+    """The thread running one rank and the lock it parks on: held while the rank is parked (or not yet woken),
+    released to wake it. A raw lock, not a threading.Semaphore: a hand-off is one release and one acquire in C
+    (a Semaphore is a Condition over a lock, with a new waiter lock at every wait)."""
 
     __slots__ = ("thread", "sem")
 
     def __init__(self):
         self.thread = None
-        self.sem = threading.Semaphore(0)
+        self.sem = _thread.allocate_lock()
+        self.sem.acquire()
+
+    def wake(self):
+        try:
+            self.sem.release()
+        except RuntimeError:  # already woken (the run's end wakes every parked thread, one may be on its way)
+            pass
 
 
 class ThreadTransport(TurnTaker):
@@ -63,7 +73,7 @@ class ThreadTransport(TurnTaker):
             return False
         world, baton = self.world, self.baton
         try:
-            nxt = end_turn(rank, baton, progressed, self.mail)
+            nxt = end_turn(rank, baton, progressed, self.mail, self.ranks)
         except BaseException as e:  # noqa: BLE001 - a failure while deciding ends the run with it
             if world.fatal is None:
                 world.fatal = e
@@ -86,7 +96,7 @@ class ThreadTransport(TurnTaker):
             rank.state = RUNNING
             slot.thread = threading.Thread(target=self._main, args=(rank,), name=f"simdist-rank{k}", daemon=True)
             slot.thread.start()
-        slot.sem.release()
+        slot.wake()
 
     def _main(self, rank):
         self.slots[rank.rank].sem.acquire()
@@ -102,4 +112,4 @@ class ThreadTransport(TurnTaker):
         self.finished.set()
         for rank, slot in zip(self.ranks, self.slots):
             if rank.state in (BLOCKED, RUNNING, DONE) and slot.thread is not None:
-                slot.sem.release()
+                slot.wake()
