@@ -509,16 +509,20 @@ def test_data_parallel_runs_each_replica_on_its_device():
 
 
 def test_accelerator_streams_and_devices_are_torch_cudas():
-    """torch.accelerator.current_stream(i) is device i's current CUDA stream (equal to torch.cuda.current_stream(i),
-    a side stream inside its context), set_stream takes a torch.cuda.Stream, device_index / set_device_index switch
+    """torch.accelerator.current_stream(i) names device i's current CUDA stream (a side stream inside its context):
+    a generic torch.Stream with that stream's id triple, equal to another such torch.Stream but not to the
+    torch.cuda.Stream object, either way round (measured on an H200, torch 2.11: `acc == side` and `side == acc`
+    are False, hashes differ); set_stream takes a torch.cuda.Stream, device_index / set_device_index switch
     torch.cuda's current device, and torch.Event records on and waits into those streams (torch/accelerator/
     __init__.py over torch/csrc/DeviceAccelerator.cpp, the CUDA backend's VirtualGuardImpl). The fake guard's
-    answers were a torch.Stream of id 0 that wait_stream rejected ("Unknown device: 104"), unequal to the side
-    stream, and device_index(1) left torch.cuda on device 0."""
+    answers were a torch.Stream of id 0 that wait_stream rejected ("Unknown device: 104"), and device_index(1)
+    left torch.cuda on device 0."""
     def fn(wait):
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
-            same = torch.accelerator.current_stream() == side
+            acc = torch.accelerator.current_stream()
+            same = (acc.stream_id == side.stream_id and acc != side and side != acc
+                    and acc == torch.accelerator.current_stream() and isinstance(acc, torch.Stream))
         with torch.accelerator.device_index(1):
             dev = torch.empty(1, device="cuda").device.index
         x = torch.ones(1 << 12, device="cuda")

@@ -21,10 +21,14 @@ from . import cuda as _cuda
 
 
 def sim_stream(me, s):
-    """A simulated stream for `s`: a simdist stream as it is; a torch.Stream of a CUDA device as the fake guard
-    numbers them (0: the device's current stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
+    """A simulated stream for `s`: a simdist stream as it is; the torch.Stream torch.accelerator hands out, the
+    stream it names; another torch.Stream of a CUDA device as the fake guard numbers them (0: the device's current
+    stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
     if s is None or isinstance(s, engine_streams.Stream):
         return s
+    named = getattr(s, "_sim", None)
+    if named is not None:
+        return named
     if isinstance(s, torch.Stream) and s.device_type == 1:
         from .guard_events import _stream
         return _stream(me, s.device_index if s.device_index >= 0 else me.current_device, s.stream_id)
@@ -59,8 +63,47 @@ def _exchange_device(me, index):
     return prev
 
 
+class AcceleratorStream(torch.Stream):
+    """What torch.accelerator.current_stream() returns on a CUDA machine: a generic torch.Stream carrying the
+    current CUDA stream's (stream_id, device_index, device_type), not the torch.cuda.Stream object. Measured on an
+    H200 (torch 2.11): it equals another torch.Stream of the same stream, but neither `acc == cuda_stream` nor
+    `cuda_stream == acc` (torch.cuda.Stream.__eq__ refuses a non-CUDA Stream, and as the subclass it is asked
+    first), and the hashes differ; torch.cuda's and torch.accelerator's calls take it where they take a stream
+    (torch.cuda.set_stream reads its id triple). Its methods act on the simulated stream it names."""
+
+    def __new__(cls, sim):
+        obj = super().__new__(cls, stream_id=sim.id, device_index=sim.dev.index, device_type=1)
+        obj._sim = sim
+        return obj
+
+    def wait_event(self, event):
+        self._sim.wait_event(event)
+
+    def wait_stream(self, stream):
+        self._sim.wait_stream(sim_stream(current_rank(), stream))
+
+    def record_event(self, event=None):
+        return self._sim.record_event(event)
+
+    def query(self):
+        return self._sim.query()
+
+    def synchronize(self):
+        self._sim.synchronize()
+
+    def __enter__(self):  # `with stream:` (parallel_apply): current on its device, as torch.Stream's context does
+        self._sim.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._sim.__exit__(*exc)
+
+    def __repr__(self):
+        return f"torch.Stream(device_type=cuda, device_index={self.device_index}, stream_id={self.stream_id}) [simdist]"
+
+
 def _get_stream(me, index):
-    return _cuda.current_stream(index)
+    return AcceleratorStream(_cuda.current_stream(index))
 
 
 def _set_stream(me, stream):

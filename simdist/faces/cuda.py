@@ -328,6 +328,8 @@ def set_stream(stream):
     if stream is None:
         return
     me = _rank()
+    if not isinstance(stream, engine_streams.Stream):  # a torch.Stream (torch.accelerator's): by its id triple
+        stream = _as_sim_stream(stream)
     me.current_streams[stream.dev.index] = stream
     if me.current_device != stream.dev.index:
         _set_current(me, stream.dev.index)
@@ -337,6 +339,8 @@ class StreamContext:
     """torch.cuda.stream(s): make `s` current (and its device) inside the block."""
 
     def __init__(self, stream):
+        if stream is not None and not isinstance(stream, engine_streams.Stream):
+            stream = _as_sim_stream(stream)  # a torch.Stream names a CUDA stream (torch.cuda.StreamContext takes one)
         self.stream = stream
 
     def __enter__(self):

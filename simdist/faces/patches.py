@@ -127,7 +127,8 @@ def _is_pinned(self, device=None):
 
 def _record_stream(self, stream):
     if isinstance(self, SimTensor):
-        return self._alloc.record_stream(stream)
+        from .accelerator import sim_stream  # torch.accelerator's torch.Stream names a simulated stream
+        return self._alloc.record_stream(sim_stream(self._dev.owner, stream))
     return _orig_record_stream(self, stream)
 
 

@@ -1,6 +1,7 @@
 """Device-generic stream code (torch.accelerator, torch.Event: FSDP2's `torch.accelerator.current_stream()
 .wait_event(event)`, DDP's `event.wait(stream=torch.accelerator.current_stream())`) mixed with torch.cuda streams
-and events: inside `torch.cuda.stream(side)` the accelerator's current stream IS the side stream, the default
+and events: inside `torch.cuda.stream(side)` the accelerator's current stream names the side stream (a generic
+torch.Stream with its id, not equal to the torch.cuda.Stream object: measured on an H200), the default
 stream's handle waits for a torch.cuda.Event, a torch.Event waits into a torch.cuda.Stream, and
 torch.accelerator.set_stream makes a CUDA stream current; every producer is ordered before its consumer.
 
@@ -15,8 +16,15 @@ def main():
     torch.cuda.set_device(0)
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        assert torch.accelerator.current_stream() == side
-    assert torch.accelerator.current_stream() == torch.cuda.default_stream()
+        acc = torch.accelerator.current_stream()
+        # a generic torch.Stream naming the side stream: the same id triple, yet unequal to the torch.cuda.Stream
+        # either way round and of another hash (measured on an H200, torch 2.11); equal to another torch.Stream
+        assert type(acc) is not type(side) and isinstance(acc, torch.Stream)
+        assert acc.stream_id == side.stream_id and acc.device_index == side.device_index
+        assert acc != side and side != acc
+        assert acc == torch.accelerator.current_stream()
+    d = torch.accelerator.current_stream()
+    assert d.stream_id == torch.cuda.default_stream().stream_id and d != torch.cuda.default_stream()
 
     n = 1 << 16
     x = torch.ones(n, device="cuda")
