@@ -512,7 +512,7 @@ def test_accelerator_streams_and_devices_are_torch_cudas():
     """torch.accelerator.current_stream(i) names device i's current CUDA stream (a side stream inside its context):
     a generic torch.Stream with that stream's id triple, equal to another such torch.Stream but not to the
     torch.cuda.Stream object, either way round (measured on an H200, torch 2.11: `acc == side` and `side == acc`
-    are False, hashes differ); set_stream takes a torch.cuda.Stream, device_index / set_device_index switch
+    are False, and so are `acc != side` and `side != acc`; hashes differ); set_stream takes a torch.cuda.Stream, device_index / set_device_index switch
     torch.cuda's current device, and torch.Event records on and waits into those streams (torch/accelerator/
     __init__.py over torch/csrc/DeviceAccelerator.cpp, the CUDA backend's VirtualGuardImpl). The fake guard's
     answers were a torch.Stream of id 0 that wait_stream rejected ("Unknown device: 104"), and device_index(1)
@@ -521,7 +521,8 @@ def test_accelerator_streams_and_devices_are_torch_cudas():
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
             acc = torch.accelerator.current_stream()
-            same = (acc.stream_id == side.stream_id and acc != side and side != acc
+            same = (acc.stream_id == side.stream_id and not acc == side and not side == acc
+                    and not acc != side and not side != acc  # != compares the id triple (torch.Stream's C++)
                     and acc == torch.accelerator.current_stream() and isinstance(acc, torch.Stream))
         with torch.accelerator.device_index(1):
             dev = torch.empty(1, device="cuda").device.index

@@ -18,21 +18,7 @@ from ..engine import streams as engine_streams
 from ..engine.context import current_rank, live_ranks, process_rank
 from ..engine.errors import UnsupportedOperation
 from . import cuda as _cuda
-
-
-def sim_stream(me, s):
-    """A simulated stream for `s`: a simdist stream as it is; the torch.Stream torch.accelerator hands out, the
-    stream it names; another torch.Stream of a CUDA device as the fake guard numbers them (0: the device's current
-    stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
-    if s is None or isinstance(s, engine_streams.Stream):
-        return s
-    named = getattr(s, "_sim", None)
-    if named is not None:
-        return named
-    if isinstance(s, torch.Stream) and s.device_type == 1:
-        from .guard_events import _stream
-        return _stream(me, s.device_index if s.device_index >= 0 else me.current_device, s.stream_id)
-    raise UnsupportedOperation(f"{s!r} as a stream of a simulated rank is not modelled by simdist")
+from .cuda import sim_stream
 
 
 def _in_rank(orig, fn, foreign):
@@ -75,6 +61,13 @@ class AcceleratorStream(torch.Stream):
         obj = super().__new__(cls, stream_id=sim.id, device_index=sim.dev.index, device_type=1)
         obj._sim = sim
         return obj
+
+    def __ne__(self, other):
+        if isinstance(other, engine_streams.Stream):  # as torch.Stream's C++ comparison: by the id triple
+            return other.__ne__(self)
+        return super().__ne__(other)
+
+    __hash__ = torch.Stream.__hash__
 
     def wait_event(self, event):
         self._sim.wait_event(event)

@@ -135,6 +135,14 @@ class Stream(engine_streams.Stream):
     def __eq__(self, other):
         return isinstance(other, engine_streams.Stream) and other.id == self.id
 
+    def __ne__(self, other):
+        # torch.cuda.Stream defines __eq__ only; != is torch.Stream's C++ comparison of the id triple, so a generic
+        # torch.Stream naming this stream (torch.accelerator's) is neither == nor != to it (measured on an H200)
+        if isinstance(other, torch.Stream):
+            return not (other.stream_id == self.id and other.device_index == self.dev.index
+                        and other.device_type == 1)
+        return not self.__eq__(other)
+
     def __hash__(self):
         return hash(("simdist-stream", self.id))
 
@@ -156,8 +164,22 @@ class Stream(engine_streams.Stream):
         return False
 
 
+def sim_stream(me, s):
+    """A simulated stream for `s`: a simdist stream as it is; the torch.Stream torch.accelerator hands out, the
+    stream it names; another torch.Stream of a CUDA device as the fake guard numbers them (0: the device's current
+    stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
+    if s is None or isinstance(s, engine_streams.Stream):
+        return s
+    named = getattr(s, "_sim", None)
+    if named is not None:
+        return named
+    if isinstance(s, torch.Stream) and s.device_type == 1:
+        from .guard_events import _stream
+        return _stream(me, s.device_index if s.device_index >= 0 else me.current_device, s.stream_id)
+    raise UnsupportedOperation(f"{s!r} as a stream of a simulated rank is not modelled by simdist")
+
+
 def _as_sim_stream(stream):
-    from .accelerator import sim_stream
     return sim_stream(_rank(), stream)
 
 
@@ -771,10 +793,6 @@ def cuda_patches():
             (torch._C, "_cuda_getAllocatorBackend", _allocator_backend),
             (torch._C, "_cuda_memoryStats", _memory_stats_nested),
             (c, "MemPool", _RefusedMemPool), (_memory, "MemPool", _RefusedMemPool)]
-    from .comm import comm_patches, parallel_apply_patches
-    out += comm_patches() + parallel_apply_patches()
-    from .accelerator import accelerator_patches
-    out += accelerator_patches()
     import torch.cuda.nccl as _nccl
     out.append((_nccl, "version", nccl_version))
     # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's

@@ -18,7 +18,9 @@ from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from . import guard
 from . import rules  # noqa: F401  (registers the op rules)
-from .cuda import cuda_patches
+from .accelerator import accelerator_patches
+from .comm import comm_patches, parallel_apply_patches
+from .cuda import cuda_patches, sim_stream
 from .sdpa import sdpa_patches
 from .dispatch import RankMode
 from .host_memory import location_tag_checked
@@ -127,7 +129,7 @@ def _is_pinned(self, device=None):
 
 def _record_stream(self, stream):
     if isinstance(self, SimTensor):
-        from .accelerator import sim_stream  # torch.accelerator's torch.Stream names a simulated stream
+        # torch.accelerator's torch.Stream names a simulated stream
         return self._alloc.record_stream(sim_stream(self._dev.owner, stream))
     return _orig_record_stream(self, stream)
 
@@ -572,6 +574,7 @@ def _weights_only_allowed():
 
 def _patch_list():
     items = cuda_patches()
+    items += comm_patches() + parallel_apply_patches() + accelerator_patches()
     items += [
         (torch.Tensor, "to", _tensor_to),
         (torch.Tensor, "cuda", _tensor_cuda),

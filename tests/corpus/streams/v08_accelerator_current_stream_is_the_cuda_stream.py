@@ -21,10 +21,11 @@ def main():
         # either way round and of another hash (measured on an H200, torch 2.11); equal to another torch.Stream
         assert type(acc) is not type(side) and isinstance(acc, torch.Stream)
         assert acc.stream_id == side.stream_id and acc.device_index == side.device_index
-        assert acc != side and side != acc
+        assert not (acc == side) and not (side == acc)
+        assert not (acc != side) and not (side != acc)   # != is torch.Stream's id comparison: not "unequal" either
         assert acc == torch.accelerator.current_stream()
     d = torch.accelerator.current_stream()
-    assert d.stream_id == torch.cuda.default_stream().stream_id and d != torch.cuda.default_stream()
+    assert d.stream_id == torch.cuda.default_stream().stream_id and not d == torch.cuda.default_stream()
 
     n = 1 << 16
     x = torch.ones(n, device="cuda")
