@@ -72,3 +72,20 @@ def test_rng_state_is_cudas_philox_seed_and_offset():
         c = torch.randn(8, device="cuda").cpu()
         return st.numel(), st.dtype, seed, torch.equal(a, b), torch.equal(a, c)
     assert simdist.run(fn, world_size=1).returns == [(16, torch.uint8, 3, True, False)]
+
+
+def test_a_host_thread_of_the_program_asks_for_its_process_rank():
+    """A thread the program starts (DataLoader's pin-memory thread) is no simulated rank; torch.cuda.is_initialized()
+    there answers for the process's one rank (it raised SimulationError)."""
+    import threading
+
+    def fn():
+        out = []
+        for make in (False, True):
+            if make:
+                torch.zeros(1, device="cuda")
+            t = threading.Thread(target=lambda: out.append(torch.cuda.is_initialized()))
+            t.start()
+            t.join()
+        return out
+    assert simdist.run(fn, world_size=1).returns == [[False, True]]

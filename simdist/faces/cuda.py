@@ -18,7 +18,7 @@ import torch
 
 from ..engine import allocator, cost
 from ..engine import streams as engine_streams
-from ..engine.context import current_rank
+from ..engine.context import current_rank, process_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch
 from . import guard
@@ -296,8 +296,10 @@ def is_initialized():
     device (a CUDA tensor, a stream, set_device, current_device, ...; torch/cuda/__init__.py `_lazy_init`), not at
     import: DeviceMesh picks each rank's GPU from LOCAL_RANK only while it is uninitialized
     (torch/distributed/device_mesh.py `_setup_world_group_and_device`). A rank's first device object is made
-    exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device"."""
-    return bool(_rank().devices)
+    exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device". A host thread the
+    program started (DataLoader's pin-memory thread) asks for its process's rank; with none to name, True."""
+    me = current_rank() or process_rank()
+    return True if me is None else bool(me.devices)
 
 
 def set_device(device):
