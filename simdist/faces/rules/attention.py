@@ -102,9 +102,10 @@ def _scale(q, scale):
     return scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
 
 
-def _run(me, func, args, kwargs, compute):
-    """Allocate the op's outputs as its meta kernel lays them out, launch one kernel that fills them with
-    `compute(host arguments by name) -> {output index: host tensor}`, and return what the op returns."""
+def _run(me, func, args, kwargs, compute, written):
+    """Allocate the op's outputs as its meta kernel lays them out, launch one kernel that fills outputs
+    `written` with `compute(host arguments by name)` (host tensors in output order) and zero-fills the others
+    (RNG seeds and offsets, a debug mask: no dropout), and return what the op returns."""
     info = op_info(func)
     unwrapped = _unwrap(me, tuple(args), kwargs, False)
     _usable(unwrapped.sims)
@@ -116,19 +117,20 @@ def _run(me, func, args, kwargs, compute):
     tensors = [o for o in outs if isinstance(o, torch.Tensor)]
     inners = [o._inner if isinstance(o, torch.Tensor) else None for o in outs]
     host = _args(func, unwrapped.args, unwrapped.kwargs)
-    written = _WRITTEN[func]
 
     def fn():
-        for i, r in compute(host).items():
+        for i, r in zip(written, compute(host)):
             dst = inners[i]
+            if dst.numel() == 0:  # efficient attention's logsumexp when compute_log_sumexp is False
+                continue
             if dst.shape != r.shape:
-                if dst.numel() == r.numel():
+                if dst.numel() == r.numel():  # cuDNN's (B, H, L, 1) logsumexp
                     r = r.reshape(dst.shape)
                 else:  # efficient attention's logsumexp: the rows padded to a multiple of 32
                     dst.fill_(float("inf"))
                     dst = dst[..., : r.shape[-1]]
             dst.copy_(r)
-        for i, dst in enumerate(inners):  # RNG seed / offset outputs and the debug mask: no dropout, zero
+        for i, dst in enumerate(inners):
             if dst is not None and i not in written:
                 dst.zero_()
 
@@ -143,94 +145,44 @@ def _meta(a):
     return a
 
 
-@register(aten._scaled_dot_product_flash_attention.default)
-def _flash(me, func, args, kwargs):
+def _checked(func, args, kwargs):
+    """The arguments by name, after the refusals every fused kernel shares."""
     a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_flash_attention", a["dropout_p"])
-    causal, scale = a["is_causal"], a["scale"]
-
-    def compute(h):
-        q = h["query"]
-        out, lse = attention_forward(q, h["key"], h["value"], None, causal, _scale(q, scale))
-        return {0: out, 1: lse}
-    return _run(me, func, args, kwargs, compute)
-
-
-@register(aten._scaled_dot_product_efficient_attention.default)
-def _efficient(me, func, args, kwargs):
-    a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_efficient_attention", a["dropout_p"])
-    causal, scale, want_lse = a["is_causal"], a["scale"], a["compute_log_sumexp"]
-
-    def compute(h):
-        q = h["query"]
-        out, lse = attention_forward(q, h["key"], h["value"], h["attn_bias"], causal, _scale(q, scale))
-        return {0: out, 1: lse} if want_lse else {0: out}
-    return _run(me, func, args, kwargs, compute)
-
-
-@register(aten._scaled_dot_product_cudnn_attention.default)
-def _cudnn(me, func, args, kwargs):
-    a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_cudnn_attention", a["dropout_p"])
-    causal, scale = a["is_causal"], a["scale"]
-
-    def compute(h):
-        q = h["query"]
-        out, lse = attention_forward(q, h["key"], h["value"], h["attn_bias"], causal, _scale(q, scale))
-        return {0: out, 1: lse}
-    return _run(me, func, args, kwargs, compute)
-
-
-@register(aten._scaled_dot_product_flash_attention_backward.default)
-def _flash_backward(me, func, args, kwargs):
-    a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_flash_attention_backward", a["dropout_p"])
-    causal, scale = a["is_causal"], a["scale"]
-
-    def compute(h):
-        q = h["query"]
-        return dict(enumerate(attention_backward(h["grad_out"], q, h["key"], h["value"], h["out"], h["logsumexp"],
-                                                 None, causal, _scale(q, scale))))
-    return _run(me, func, args, kwargs, compute)
-
-
-@register(aten._scaled_dot_product_efficient_attention_backward.default)
-def _efficient_backward(me, func, args, kwargs):
-    a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_efficient_attention_backward", a["dropout_p"])
-    if a["grad_input_mask"][3]:
+    _refuse_dropout(func._schema.name.split("::")[1], a["dropout_p"])
+    mask = a.get("grad_input_mask")
+    if mask is not None and mask[3]:
         raise UnsupportedOperation("the gradient of an attention bias that requires grad (memory-efficient "
                                    "attention's grad_input_mask[3]) is not modelled by simdist")
+    return a
+
+
+@register(aten._scaled_dot_product_flash_attention.default, aten._scaled_dot_product_efficient_attention.default,
+          aten._scaled_dot_product_cudnn_attention.default)
+def _forward(me, func, args, kwargs):
+    """Flash (no bias), memory-efficient and cuDNN attention: (output, logsumexp, ...)."""
+    a = _checked(func, args, kwargs)
     causal, scale = a["is_causal"], a["scale"]
+
     def compute(h):
         q = h["query"]
-        lse = h["logsumexp"][..., : q.shape[2]]
-        return dict(enumerate(attention_backward(h["grad_out_"], q, h["key"], h["value"], h["out"], lse,
-                                                 h["attn_bias"], causal, _scale(q, scale))))
-    return _run(me, func, args, kwargs, compute)
+        return attention_forward(q, h["key"], h["value"], h.get("attn_bias"), causal, _scale(q, scale))
+    return _run(me, func, args, kwargs, compute, (0, 1))
 
 
-@register(aten._scaled_dot_product_cudnn_attention_backward.default)
-def _cudnn_backward(me, func, args, kwargs):
-    a = _args(func, args, kwargs)
-    _refuse_dropout("_scaled_dot_product_cudnn_attention_backward", a["dropout_p"])
+@register(aten._scaled_dot_product_flash_attention_backward.default,
+          aten._scaled_dot_product_efficient_attention_backward.default,
+          aten._scaled_dot_product_cudnn_attention_backward.default)
+def _backward(me, func, args, kwargs):
+    """Their backwards: (grad_query, grad_key, grad_value[, grad_bias]) from the forward's out and logsumexp, whichever
+    layout it was kept in (flash (B, H, L); cuDNN (B, H, L, 1); efficient (B, H, L padded to 32))."""
+    a = _checked(func, args, kwargs)
     causal, scale = a["is_causal"], a["scale"]
 
     def compute(h):
         q, lse = h["query"], h["logsumexp"]
-        return dict(enumerate(attention_backward(h["grad_out"], q, h["key"], h["value"], h["out"],
-                                                 lse.reshape(lse.shape[:3]), h["attn_bias"], causal,
-                                                 _scale(q, scale))))
-    return _run(me, func, args, kwargs, compute)
-
-
-# the outputs each rule computes; the others (RNG seeds and offsets, a debug mask) are zero-filled
-_WRITTEN = {
-    aten._scaled_dot_product_flash_attention.default: (0, 1),
-    aten._scaled_dot_product_efficient_attention.default: (0, 1),
-    aten._scaled_dot_product_cudnn_attention.default: (0, 1),
-    aten._scaled_dot_product_flash_attention_backward.default: (0, 1, 2),
-    aten._scaled_dot_product_efficient_attention_backward.default: (0, 1, 2),
-    aten._scaled_dot_product_cudnn_attention_backward.default: (0, 1, 2),
-}
+        if lse.dim() == 4:
+            lse = lse[..., 0]
+        go = h["grad_out"] if "grad_out" in h else h["grad_out_"]
+        return attention_backward(go, q, h["key"], h["value"], h["out"], lse[..., : q.shape[2]],
+                                  h.get("attn_bias"), causal, _scale(q, scale))
+    return _run(me, func, args, kwargs, compute, (0, 1, 2))
