@@ -689,3 +689,38 @@ def test_a_cuda_factory_with_pin_memory_raises_as_empty_cuda_does():
         return out, torch.zeros(2, device="cuda", pin_memory=False).sum().item()
 
     assert simdist.run(fn).returns == [(["Only dense CPU tensors can be pinned"] * 3, 0.0)]
+
+
+def test_sparse_and_strided_nested_tensors_on_a_simulated_device_are_refused_by_name():
+    """simdist simulates dense (strided) tensors only. A sparse tensor (COO: torch.sparse_coo_tensor, to_sparse,
+    .cuda() of a host one; CSR: to_sparse_csr) and a strided nested tensor (NestedTensorImpl, torch.nested's
+    default layout) on CUDA exist on a GPU (torch/sparse, aten/src/ATen/native/sparse/cuda, NestedTensorImpl.cpp:
+    "NestedTensorImpl storage must be either CUDA, CPU...") and are refused with UnsupportedOperation naming the
+    layout; they raised raw NotImplementedError / RuntimeError ("Cannot access storage of SparseTensorImpl",
+    "Could not run 'aten::empty_strided' with arguments from the 'CUDA' backend"). A torch.jagged nested tensor
+    (a Python subclass over dense values) runs and computes what the CPU does."""
+    from simdist.engine.errors import UnsupportedOperation
+
+    def fn():
+        out = []
+        cases = [
+            lambda: torch.randn(4, 4).to_sparse().cuda(),
+            lambda: torch.randn(4, 4, device="cuda").to_sparse(),
+            lambda: torch.randn(4, 4, device="cuda").to_sparse_csr(),
+            lambda: torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]], device="cuda"),
+                                            torch.tensor([1., 2.], device="cuda"), (2, 2)),
+            lambda: torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], device="cuda"),
+            lambda: torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)]).cuda(),
+        ]
+        for case in cases:
+            try:
+                case()
+                out.append("ran")
+            except UnsupportedOperation as e:
+                out.append("sparse" in str(e) or "nested" in str(e) or "CUDA backend" in str(e))
+        a, b = torch.arange(6.).reshape(2, 3), torch.arange(12.).reshape(4, 3)
+        nt = torch.nested.nested_tensor([a.cuda(), b.cuda()], layout=torch.jagged)
+        out.append(torch.equal((nt * 2 + 1).values().cpu(), torch.cat([a, b]) * 2 + 1))
+        return out
+
+    assert simdist.run(fn).returns == [[True] * 6 + [True]]

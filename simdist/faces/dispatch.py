@@ -148,9 +148,22 @@ def _to_meta(a):
     return a
 
 
-def _spec_of(r):
+def dense_only(func, layout, nested=False):
+    """simdist simulates dense (strided) tensors only: a sparse layout (COO, CSR, CSC, BSR, BSC) or a strided
+    nested tensor (NestedTensorImpl) on a simulated device is refused by name. (torch.jagged nested tensors are
+    a Python subclass over dense tensors, so they run.)"""
+    if layout is not torch.strided or nested:
+        what = "a nested tensor (torch.strided layout)" if nested else f"a {layout} tensor"
+        raise UnsupportedOperation(f"{func} with {what} on a simulated CUDA device is not modelled by simdist: it "
+                                   "simulates dense (strided) tensors only (nested tensors of layout=torch.jagged "
+                                   "work)")
+
+
+def _spec_of(r, func=None):
     if r is None:
         return None
+    if r.layout is not torch.strided or r.is_nested:
+        dense_only(func, r.layout, r.is_nested)
     return (tuple(r.shape), tuple(r.stride()), r.dtype)
 
 
@@ -172,9 +185,9 @@ def _out_specs(func, args, kwargs, key):
         mkw["device"] = "meta"
     res = func(*margs, **mkw)
     if isinstance(res, (tuple, list)):
-        out = ([_spec_of(r) for r in res], True)
+        out = ([_spec_of(r, func) for r in res], True)
     else:
-        out = ([_spec_of(res)], False)
+        out = ([_spec_of(res, func)], False)
     fix = SPEC_FIXES.get(func)  # a meta kernel that disagrees with the CPU and CUDA kernels (rules/meta_fixes.py)
     if fix is not None:
         out = fix(args, kwargs, out)
@@ -312,7 +325,15 @@ class RankMode(TorchDispatchMode):
                 # a CPU build cannot page-lock: allocate plain memory and remember that it is "pinned"
                 return hr.pin(func(*args, **dict(kwargs, pin_memory=False)))
             if dev is None:
-                return func(*args, **kwargs)
+                try:
+                    return func(*args, **kwargs)
+                except NotImplementedError as e:
+                    # an op that reached the CUDA backend of this CPU build without passing through simdist (a
+                    # device given positionally, as torch.nested.nested_tensor does): not modelled
+                    if "'CUDA' backend" in str(e):
+                        raise UnsupportedOperation(f"{func} on a simulated CUDA device is not modelled by simdist "
+                                                   f"(it reached torch's CUDA backend directly: {str(e)[:120]})") from e
+                    raise
             if not isinstance(dev, torch.device):
                 dev = torch.device(dev)
             if dev.type != "cuda" or _get_mode(_FAKE) is not None:
@@ -614,16 +635,18 @@ def _sync_compute(me, func, info, unwrapped):
             continue
         # the storage and layout the kernel gave: nonzero / argwhere are column-major, unique_consecutive keeps
         # the storage it sized for every input element (CPU and CUDA alike: ATen allocates, then resize_s down)
-        o = _like_storage(dev, stream, r)
+        o = _like_storage(dev, stream, r, func)
         o._inner.copy_(r)
         me.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
     return tuple(outs) if seq else outs[0]
 
 
-def _like_storage(dev, stream, r):
+def _like_storage(dev, stream, r, func=None):
     """A simulated tensor with r's sizes, strides and storage offset over a storage of r's size (the bytes
     outside r's view are fresh memory, as the kernel's were never written)."""
+    if r.layout is not torch.strided or r.is_nested:
+        dense_only(func, r.layout, r.is_nested)
     alloc = dev.memory.malloc(r.untyped_storage().nbytes(), stream)
     return SimTensor(view_bytes(alloc, tuple(r.shape), tuple(r.stride()), r.dtype, r.storage_offset()), dev, alloc)
 

@@ -19,7 +19,7 @@ import torch
 
 from ...engine.errors import SimulationError
 from ...engine.launch import launch
-from ..dispatch import (_factory_device, _nbytes, _sim_of, _to_meta, allocate)
+from ..dispatch import (_factory_device, _nbytes, _sim_of, _to_meta, allocate, dense_only)
 from ..op_rules import register
 from ..tensor import HostProxy, SimTensor
 
@@ -33,6 +33,10 @@ def _to_copy(me, func, args, kwargs):
     tdev = torch.device(tdev) if tdev is not None else None
     dtype = kwargs.get("dtype") or src.dtype
     src_sim = type(src) in (SimTensor, HostProxy)
+    if kwargs.get("layout") not in (None, torch.strided):
+        dense_only(func, kwargs["layout"])
+    if not src_sim and (src.layout is not torch.strided or src.is_nested):
+        dense_only(func, src.layout, src.is_nested)  # a sparse or nested host tensor copied to a simulated device
     if src_sim:
         src = _sim_of(src)
         if src._dev.rank != me.rank:
