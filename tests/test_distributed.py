@@ -677,6 +677,71 @@ def test_p2p_inside_a_coalescing_block_is_one_nccl_group():
     assert simdist.run(ring, world_size=3).returns == [[2.0] * 4, [0.0] * 4, [1.0] * 4]
 
 
+def test_p2p_matches_by_element_count_and_dtype_not_shape():
+    """NCCL matches a send with its receive by element count and datatype: ProcessGroupNCCL::send / recv call
+    ncclSend / ncclRecv with tensor.numel() and the tensor's NCCL datatype, and no shape travels
+    (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp pointToPoint). torch.distributed.pipelining relies on it:
+    _PipelineStage._get_init_p2p_neighbors_ops sends a 0-dim tensor into a zeros(1) receive
+    (torch/distributed/pipelining/stage.py). simdist compared shapes and raised CollectiveMismatch. A count or a
+    dtype that differs is still a mismatch."""
+    def prog(recv_shape, recv_dtype):
+        r = dist.get_rank()
+        if r == 0:
+            dist.send(torch.arange(6, dtype=torch.float32, device="cuda").reshape(2, 3), 1)
+            return None
+        out = torch.zeros(recv_shape, dtype=recv_dtype, device="cuda")
+        dist.recv(out, 0)
+        return out.flatten().tolist()
+
+    assert simdist.run(prog, world_size=2, args=((6,), torch.float32)).returns[1] == [0., 1., 2., 3., 4., 5.]
+    assert simdist.run(prog, world_size=2, args=((3, 2), torch.float32)).returns[1] == [0., 1., 2., 3., 4., 5.]
+
+    def scalar_into_one():
+        r = dist.get_rank()
+        t = torch.tensor(7.0, device="cuda") if r == 0 else torch.zeros(1, device="cuda")
+        (dist.send if r == 0 else dist.recv)(t, 1 - r)
+        return t.tolist()
+
+    assert simdist.run(scalar_into_one, world_size=2).returns == [7.0, [7.0]]
+    for shape, dtype in (((5,), torch.float32), ((6,), torch.int32)):
+        with pytest.raises(simdist.CollectiveMismatch):
+            simdist.run(prog, world_size=2, args=(shape, dtype))
+
+
+def test_all_to_all_single_split_sizes_any_int_sequence_checked_as_c10d():
+    """ProcessGroup.alltoall_base takes std::vector<int64_t> split sizes, which pybind11 converts from any
+    sequence of integers: Megatron-Core's MoEAlltoAllTokenDispatcher passes numpy arrays
+    (megatron/core/transformer/moe/token_dispatcher.py, `maybe_move_tensor_to_cpu(..., as_numpy=True)`); simdist
+    raised numpy's "truth value of an array ... is ambiguous". The sizes are then checked as c10d::checkSplitSizes
+    does (torch/csrc/distributed/c10d/Utils.hpp: one per rank, summing to dim 0; TORCH_CHECK -> RuntimeError)."""
+    import numpy as np
+
+    def prog(kind):
+        r = dist.get_rank()
+        x = torch.arange(6, dtype=torch.float32, device="cuda") + 10 * r
+        send = [2, 4] if r == 0 else [3, 3]          # rank 0 sends 2 rows to rank 0, 4 to rank 1; rank 1: 3, 3
+        recv = [2, 3] if r == 0 else [4, 3]
+        out = torch.empty(sum(recv), device="cuda")
+        if kind == "numpy":
+            send, recv = np.array(send), np.array(recv)
+        elif kind == "tuple":
+            send, recv = tuple(send), tuple(recv)
+        elif kind == "bad_sum":
+            send = [2, 3] if r == 0 else [3, 3]
+        elif kind == "bad_count":
+            send = [6] if r == 0 else [3, 3]
+        dist.all_to_all_single(out, x, output_split_sizes=recv, input_split_sizes=send)
+        return out.tolist()
+
+    expect = [[0., 1., 10., 11., 12.], [2., 3., 4., 5., 13., 14., 15.]]
+    for kind in ("list", "numpy", "tuple"):
+        assert simdist.run(prog, world_size=2, args=(kind,)).returns == expect, kind
+    with pytest.raises(RuntimeError, match="Split sizes doesn't match total dim 0 size"):
+        simdist.run(prog, world_size=2, args=("bad_sum",))
+    with pytest.raises(RuntimeError, match="Number of tensor splits not equal to group size"):
+        simdist.run(prog, world_size=2, args=("bad_count",))
+
+
 def test_float8_and_unsigned_reductions_are_refused_by_name():
     """NCCL reductions of float8 tensors: torch refuses them unless built with NCCL's fp8 types
     (ProcessGroupNCCL.cpp allreduce: TORCH_CHECK(!isFloat8Type(...), "Float8 dtypes are not currenlty supported for

@@ -798,3 +798,30 @@ def test_a_data_dependent_index_error_in_a_kernel_is_a_device_side_assert():
         return out
 
     assert simdist.run(fn).returns == [[True, True, True, True]]
+
+
+def test_the_33rd_stream_of_a_priority_is_the_first_again_ordered_and_sharing_its_cached_blocks():
+    """torch.cuda.Stream() takes a stream from the device's pool (c10/cuda/CUDAStream.h, "Stream pool note": 32
+    streams per priority level, round-robin; "the first and last [of 33] streams requested are actually the same
+    stream"). So the 33rd stream equals the first, work on the two is in launch order (no race), and a block freed
+    on the first is reused by an allocation on the 33rd (CUDACachingAllocator.cpp get_free_block matches the
+    block's stream). simdist made a new stream every time: a false race and memory never reused."""
+    def fn():
+        streams = [torch.cuda.Stream() for _ in range(33)]
+        first, last = streams[0], streams[32]
+        with torch.cuda.stream(first):
+            x = torch.ones(1 << 16, device="cuda")
+            ptr = x.data_ptr()
+            x.mul_(2)
+            del x
+        with torch.cuda.stream(last):
+            y = torch.empty(1 << 16, device="cuda")  # first's block, and ordered after first's mul_
+            y.fill_(3.0)
+        torch.cuda.current_stream().wait_stream(last)
+        hi = [torch.cuda.Stream(priority=-1) for _ in range(33)]
+        return (first == last, len({s.stream_id for s in streams[:32]}), y.data_ptr() == ptr,
+                y.sum().item(), hi[32] == hi[0], hi[0] == first)
+
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+    assert res.returns == [(True, 32, True, 3.0 * (1 << 16), True, False)]

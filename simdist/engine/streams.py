@@ -14,6 +14,12 @@ from .allocator import DeviceMemory
 from .ops import Op
 
 
+# c10/cuda/CUDAStream.cpp: kStreamsPerPool = 1 << kStreamsPerPoolBits (5); CUDAStream.h:
+# max_compile_time_stream_priorities = 4 (priority levels 0, -1, -2, -3)
+STREAMS_PER_POOL = 32
+MAX_PRIORITIES = 4
+
+
 class Stream:
     """A simulated CUDA stream: an ordered queue of ops on one device."""
 
@@ -84,6 +90,8 @@ class Device:
         self.memory = DeviceMemory(rank, index, rank.world.poison)
         self.default_stream = stream_class.make(self, f"rank{rank.rank}/cuda:{index}/default")
         self.n_user_streams = 0
+        self.user_pools = {}  # priority level -> the pool's streams made so far (torch.cuda.Stream())
+        self.pool_counters = {}  # priority level -> streams handed out (round-robin over the pool)
         self.nccl_streams = {}
         self.pool_streams = {}
         # set by the torch face when the device is made (World.on_new_device): how torch names it, its generator
@@ -99,9 +107,21 @@ class Device:
         return s
 
     def new_stream(self, priority=0):
+        """A stream from the device's pool, as torch.cuda.Stream() takes one (c10/cuda/CUDAStream.h, "Stream pool
+        note"): STREAMS_PER_POOL streams per priority level, handed out round-robin, so the 33rd stream of a
+        priority is the first one again ("kernels enqueued on them cannot run concurrently"). A priority is
+        clamped to the levels torch keeps (0 down to -(MAX_PRIORITIES - 1))."""
+        level = min(max(-priority, 0), MAX_PRIORITIES - 1)
+        pool = self.user_pools.setdefault(level, [])
+        k = self.pool_counters.get(level, 0)
+        self.pool_counters[level] = k + 1
+        if len(pool) == STREAMS_PER_POOL:
+            return pool[k % STREAMS_PER_POOL]
         self.n_user_streams += 1
-        return self.stream_class.make(
-            self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}", priority)
+        s = self.stream_class.make(
+            self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}", -level)
+        pool.append(s)
+        return s
 
     def nccl_stream(self, key):
         """The internal stream ProcessGroupNCCL keeps per group (or P2P pair) on this device."""

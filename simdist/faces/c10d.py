@@ -22,6 +22,7 @@ Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/
 from __future__ import annotations
 
 import copy
+import operator
 import types
 
 import torch
@@ -91,6 +92,22 @@ _UNREDUCED_DTYPES = frozenset(getattr(torch, n) for n in (
 
 def _sig_t(t):
     return (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+
+
+def _split_sizes(sizes, t, n):
+    """all_to_all_single's split sizes as ProcessGroup's C++ binding converts them (a sequence of integers, None
+    or empty for equal splits), checked as c10d::checkSplitSizes does (TORCH_CHECK: RuntimeError)."""
+    sizes = [operator.index(s) for s in (() if sizes is None else sizes)]
+    if not sizes:
+        if t.shape[0] % n:
+            raise RuntimeError(f"Tensor's dim 0 does not divide equally across group size ({t.shape[0]} rows, "
+                               f"{n} ranks)")
+        return [t.shape[0] // n] * n
+    if len(sizes) != n:
+        raise RuntimeError(f"Number of tensor splits not equal to group size ({len(sizes)} splits, {n} ranks)")
+    if sum(sizes) != t.shape[0]:
+        raise RuntimeError(f"Split sizes doesn't match total dim 0 size ({sizes} for {t.shape[0]} rows)")
+    return sizes
 
 
 def _desc(kind, tensors, extra=""):
@@ -677,13 +694,11 @@ class SimProcessGroup(dist.ProcessGroup):
                                        "modelled by simdist")
         g = self._engine_group()
         n = g.size()
-        if not input_split_sizes:
-            if i.shape[0] % n:
-                raise ValueError(f"Tensor's dim 0 does not divide equally across group size ({i.shape[0]} rows, "
-                                 f"{n} ranks)")
-            input_split_sizes = [i.shape[0] // n] * n
-        if not output_split_sizes:
-            output_split_sizes = [o.shape[0] // n] * n
+        # the C++ signature takes std::vector<int64_t>: any sequence of integers converts (Megatron's alltoall
+        # token dispatcher passes numpy arrays: token_dispatcher.py `.numpy()` of the per-rank token counts);
+        # then c10d::checkSplitSizes (torch/csrc/distributed/c10d/Utils.hpp) checks each against its tensor
+        input_split_sizes = _split_sizes(input_split_sizes, i, n)
+        output_split_sizes = _split_sizes(output_split_sizes, o, n)
         splits = (list(input_split_sizes), list(output_split_sizes))
 
         def compute(vals, metas):  # metas: every rank's (input splits, output splits)
@@ -794,7 +809,11 @@ class SimProcessGroup(dist.ProcessGroup):
         # a batch_isend_irecv, or any P2P inside a `_coalescing_manager(group, device)` block (_start_coalescing: one
         # ncclGroupStart/End around them, as batch_isend_irecv itself is built), is one NCCL group
         batched = _batch(me).take(t) or self._coalesced is not None
-        return self._run("p2p", desc, ("p2p", _sig_t(t)), [t] if is_send else [], [] if is_send else [t],
+        # NCCL matches a send and its receive by element count and datatype only (ProcessGroupNCCL::send / recv
+        # pass tensor.numel() and the NCCL datatype to ncclSend / ncclRecv; no shape travels): a 0-dim send into a
+        # [1] receive, as pipelining's _get_init_p2p_neighbors_ops does, is one transfer
+        return self._run("p2p", desc, ("p2p", t.numel(), str(t.dtype).replace("torch.", "")),
+                         [t] if is_send else [], [] if is_send else [t],
                          lambda vals: [[None] if j == si else [vals[si][0]] for j in range(2)], True,
                          nbytes=t.numel() * t.element_size(), group=pair,
                          # a batch is one NCCL group: its sends and receives with one peer run together

@@ -628,7 +628,7 @@ def _sync_compute(me, func, info, unwrapped):
     me.wait_op(op, f"{info.name} (data-dependent output size)")
     res = holder[0]
     seq = isinstance(res, (tuple, list))
-    outs = []
+    outs, pairs = [], []
     for r in (res if seq else (res,)):
         if r is None:
             outs.append(None)
@@ -636,9 +636,18 @@ def _sync_compute(me, func, info, unwrapped):
         # the storage and layout the kernel gave: nonzero / argwhere are column-major, unique_consecutive keeps
         # the storage it sized for every input element (CPU and CUDA alike: ATen allocates, then resize_s down)
         o = _like_storage(dev, stream, r, func)
-        o._inner.copy_(r)
-        me.detector.access(op, o._inner, o._alloc, True)
         outs.append(o)
+        pairs.append((o, r))
+    if pairs:
+        # the output is allocated after the host sync and written by a kernel launched after it (CUDA's nonzero:
+        # count, copy to the host, synchronize, resize the output, then the kernel that writes it,
+        # aten/src/ATen/native/cuda/Nonzero.cu; masked_select and unique likewise), so the write is ordered after
+        # whatever the host learned at the sync, a block the allocator released then included
+        def write(pairs=pairs):
+            for o, r in pairs:
+                o._inner.copy_(r)
+        launch(me, stream, info.name, "kernel", write, [], [o for o, _ in pairs],
+               sum(r.numel() * r.element_size() for _, r in pairs))
     return tuple(outs) if seq else outs[0]
 
 

@@ -95,6 +95,18 @@ class HostMemory:
                 continue  # the host waited for the copy
             self._report(me, op, t, func)
 
+    def unwaited(self, me, t):
+        """Whether a device-to-host copy into CPU tensor `t`'s bytes is still unordered before the host (what
+        check would report for a read of `t` now), without reporting it."""
+        if not self.tensors or t.device.type != "cpu" or not t.numel():
+            return False
+        lo, hi = _extent(t)
+        for op, e in self.tensors.values():
+            elo, ehi = _extent(e)
+            if lo < ehi and elo < hi and me.host.vc.get(op.stream.id, 0) < op.seq:
+                return True
+        return False
+
     def check_storage(self, me, storage, what):
         """Code that reads a CPU storage's bytes without an aten op (torch.save, pickling a tensor) reads them
         now: a pending device-to-host copy into them is a host-read race, as any host read is."""
@@ -187,3 +199,111 @@ def location_tag_checked(orig):
         return orig(storage)
     return location_tag
 
+
+
+def numpy_checked(orig):
+    """Tensor.numpy: the array shares the tensor's bytes and reads none of them (torch/csrc/utils/tensor_numpy.cpp
+    tensor_to_numpy wraps the storage). When an asynchronous device-to-host copy into those bytes is still
+    unordered before the host, the array is a HostWatchedArray: its reads through numpy (element access,
+    iteration, ufuncs and reductions, array functions, conversions, printing) are checked as host reads then, so
+    a program that waits for the copy before it reads the array (Megatron's alltoall token dispatcher:
+    `.to("cpu", non_blocking=True).numpy()` on a side stream, `d2h_event.synchronize()` before the splits are
+    used) is not reported, and one that reads first is. numpy code that reads the buffer in C without those hooks
+    (ndarray.argmax / sort, the buffer protocol) is not seen."""
+    from ..engine.context import current_rank
+
+    def numpy(self, *args, **kwargs):
+        arr = orig(self, *args, **kwargs)
+        me = current_rank()
+        if me is not None and self.device.type == "cpu" and me.host_memory.unwaited(me, self):
+            arr = arr.view(HostWatchedArray)
+            arr._sim_tensor = self
+        return arr
+    numpy.__name__ = numpy.__qualname__ = "numpy"
+    return numpy
+
+
+try:
+    import numpy as _np
+except ImportError:  # torch without numpy: Tensor.numpy raises on its own
+    _np = None
+
+
+def _sim_read(arrays, what):
+    from ..engine.context import current_rank
+    me = current_rank()
+    if me is None:
+        return
+    for a in arrays:
+        t = getattr(a, "_sim_tensor", None) if isinstance(a, HostWatchedArray) else None
+        if t is not None and me.host_memory.tensors:
+            me.host_memory.check(me, what, (t,), {})
+
+
+def _plain(x):
+    if isinstance(x, HostWatchedArray):
+        return x.view(_np.ndarray)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    return x
+
+
+def _flat_arrays(args):
+    for a in args:
+        if isinstance(a, HostWatchedArray):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _flat_arrays(a)
+
+
+if _np is not None:
+    class HostWatchedArray(_np.ndarray):
+        """A numpy array over CPU bytes that an asynchronous device-to-host copy may not have written yet: each
+        read through numpy's hooks checks the copy against the host (HostMemory.check: a host-read hazard when
+        the host has not waited for it). Views keep watching; results of computations are plain arrays."""
+        _sim_tensor = None
+
+        def __array_finalize__(self, obj):
+            self._sim_tensor = getattr(obj, "_sim_tensor", None)
+
+        def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+            _sim_read(list(_flat_arrays(inputs)) + list(_flat_arrays(kwargs.get("out", ()))), f"numpy.{ufunc.__name__}")
+            if "out" in kwargs:
+                kwargs["out"] = _plain(kwargs["out"])
+            return getattr(ufunc, method)(*_plain(inputs), **kwargs)
+
+        def __array_function__(self, func, types, args, kwargs):
+            _sim_read(list(_flat_arrays(args)) + list(_flat_arrays(tuple(kwargs.values()))),
+                      f"numpy.{func.__name__}")
+            return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+
+        def __getitem__(self, key):
+            res = _np.ndarray.__getitem__(self.view(_np.ndarray), key)
+            if isinstance(res, _np.ndarray) and _np.may_share_memory(res, self.view(_np.ndarray)):
+                res = res.view(HostWatchedArray)  # a basic-indexing view reads nothing
+                res._sim_tensor = self._sim_tensor
+                return res
+            _sim_read((self,), "numpy indexing")
+            return res
+
+        def __setitem__(self, key, value):
+            _np.ndarray.__setitem__(self.view(_np.ndarray), key, _plain(value))
+
+        def _reading(name):
+            base = getattr(_np.ndarray, name)
+
+            def method(self, *args, **kwargs):
+                _sim_read((self,), f"numpy {name}")
+                return base(self.view(_np.ndarray), *args, **kwargs)
+            method.__name__ = name
+            return method
+
+        for _name in ("__iter__", "tolist", "item", "tobytes", "copy", "astype", "__int__", "__float__",
+                      "__index__", "__bool__", "__repr__", "__str__", "__format__", "__reduce__", "__reduce_ex__",
+                      "__array__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__contains__",
+                      "__copy__", "__deepcopy__", "dump", "dumps", "tofile"):
+            locals()[_name] = _reading(_name)
+        del _name, _reading
+else:  # pragma: no cover
+    class HostWatchedArray:  # noqa: D101 (never made without numpy)
+        pass

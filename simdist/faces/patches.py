@@ -23,7 +23,7 @@ from .comm import comm_patches, parallel_apply_patches
 from .cuda import cuda_patches, sim_stream
 from .sdpa import sdpa_patches
 from .dispatch import RankMode
-from .host_memory import location_tag_checked
+from .host_memory import location_tag_checked, numpy_checked
 from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
@@ -89,8 +89,8 @@ def _pin_memory(self, device=None):
 def _reads_host_bytes(orig, what):
     """`orig` (a Tensor method or function of the tensor) read as a host read of a CPU tensor's bytes: checked
     against pending async device-to-host copies into them (a host-read race), since these read out of torch's
-    dispatch: Tensor.tolist reads the bytes in C without an aten op, Tensor.numpy's array shares them and numpy
-    reads them out of torch's sight, and printing formats with every dispatch mode off (torch/_tensor_str.py)."""
+    dispatch: Tensor.tolist reads the bytes in C without an aten op, and printing formats with every dispatch mode
+    off (torch/_tensor_str.py). Tensor.numpy reads none: its array's reads are checked (numpy_checked)."""
     def read(self, *args, **kwargs):
         me = current_rank()
         if me is not None and self.device.type == "cpu":
@@ -103,7 +103,7 @@ def _reads_host_bytes(orig, what):
 
 
 _tolist = _reads_host_bytes(torch.Tensor.tolist, "tolist")
-_numpy = _reads_host_bytes(torch.Tensor.numpy, "numpy")
+_numpy = numpy_checked(torch.Tensor.numpy)  # the array shares the bytes: its reads are checked
 _tensor_str = _reads_host_bytes(torch._tensor_str._str, "print")
 
 

@@ -74,3 +74,17 @@ def test_kernels_run_at_their_end_time_in_time_order(sim):
     sim.kernel(s2, fn=lambda: ran.append("fast"), dur=10)
     sim.run_all()
     assert ran == ["fast", "slow"]
+
+
+def test_streams_come_from_a_pool_of_32_per_priority_round_robin(sim):
+    # c10/cuda/CUDAStream.h "Stream pool note": 32 streams per device and priority level, handed out round-robin
+    # ("if 33 low priority streams are requested, the first and last streams requested are actually the same
+    # stream ... kernels enqueued on them cannot run concurrently"); each priority level has a pool of its own
+    dev = sim.rank().device()
+    low = [dev.new_stream() for _ in range(33)]
+    assert len(set(map(id, low[:32]))) == 32 and low[32] is low[0] and low[33 - 1].priority == 0
+    high = [dev.new_stream(-1) for _ in range(33)]
+    assert high[32] is high[0] and not set(map(id, high)) & set(map(id, low))
+    a = sim.kernel(low[0], dur=1_000_000)
+    b = sim.kernel(low[32], dur=10)
+    assert b.start >= a.end and sim.ordered(a, b)  # one stream: launch order
