@@ -746,6 +746,67 @@ def test_torch_save_of_pending_pinned_copy_is_a_host_read():
         assert not simdist.run(fn, kwargs={"sync": True, "how": how}).hazards, how
 
 
+def test_numpy_of_a_pending_pinned_copy_reads_nothing_reads_through_the_array_do():
+    """Rule: Tensor.numpy() shares the tensor's bytes and reads none of them (torch/csrc/utils/tensor_numpy.cpp
+    tensor_to_numpy wraps the storage; https://pytorch.org/docs/stable/generated/torch.Tensor.numpy.html "the
+    returned ndarray and the tensor will share their storage"), so taking the array of a pinned buffer that a
+    non_blocking D2H copy is still writing, then waiting for the copy, then reading the array, is clean: Megatron-
+    Core 0.16.1's alltoall token dispatcher does exactly this (token_dispatcher.py _maybe_dtoh_and_synchronize:
+    `.to("cpu", non_blocking=True).numpy()` on a side stream, `d2h_event.synchronize()` before the splits are
+    used). A read through the array (a reduction, iteration, an element) before the wait is a host read. simdist
+    reported the .numpy() call itself (notes w4)."""
+    def fn(how):
+        side = torch.cuda.Stream()
+        x = torch.arange(1 << 10, device="cuda") * 3
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            arr = x.to("cpu", non_blocking=True).numpy()
+            x.record_stream(side)
+        ev = side.record_event()
+        early = None
+        if how == "sum":
+            early = int(arr.sum())
+        elif how == "iter":
+            early = sum(int(v) for v in arr[:4])
+        elif how == "item":
+            early = int(arr[5])
+        tail = arr[512:]                        # a view: reads nothing
+        ev.synchronize()
+        return early, int(arr.sum()), [int(v) for v in tail[:2]]
+    res = simdist.run(fn, kwargs={"how": "none"})
+    assert not res.hazards and res.returns[0] == (None, 3 * (1023 * 1024 // 2), [1536, 1539])
+    for how in ("sum", "iter", "item"):
+        assert kinds(simdist.run(fn, kwargs={"how": how})) == ["host-read"], how
+
+
+def test_data_dependent_output_is_written_after_the_host_sync():
+    """Rule: an op whose output size depends on the data (nonzero, masked_select) synchronizes the host with the
+    current stream, then allocates its output and launches the kernel that writes it
+    (aten/src/ATen/native/cuda/Nonzero.cu: count, copy to the host, synchronize, resize, write), so a block that
+    the caching allocator releases at that allocation (its record_stream event observed complete) is written
+    after the host observed the other stream's work: no reuse-after-free. simdist attributed the write to the
+    counting kernel launched before the sync and reported one (Megatron's MoE permute, notes w3)."""
+    def fn(op):
+        side = torch.cuda.Stream()
+        src = torch.arange(16, device="cuda")
+        mask = src > 1
+        a = torch.arange(4, device="cuda") * 3
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            host = a.to("cpu", non_blocking=True)
+            a.record_stream(side)
+        ev = side.record_event()
+        del a                                   # reuse waits for the side stream's copy
+        torch.randn(1 << 16, device="cuda").sum()  # the current stream runs past the copy
+        out = src.masked_select(mask) if op == "masked_select" else mask.nonzero().flatten()
+        ev.synchronize()
+        return host.tolist(), out.tolist()[:3]
+    for op, first in (("masked_select", [2, 3, 4]), ("nonzero", [2, 3, 4])):
+        res = simdist.run(fn, args=(op,))
+        assert not res.hazards, (op, res.report())
+        assert res.returns[0] == ([0, 3, 6, 9], first)
+
+
 def test_views_of_pending_pinned_buffer_read_nothing_reads_through_them_do():
     """Rule: a view of a pinned buffer that a non_blocking D2H copy is writing reads no bytes (views share
     storage: https://pytorch.org/docs/stable/tensor_view.html), so taking it before the synchronize is clean;
