@@ -724,3 +724,15 @@ def test_sparse_and_strided_nested_tensors_on_a_simulated_device_are_refused_by_
         return out
 
     assert simdist.run(fn).returns == [[True] * 6 + [True]]
+
+
+def test_stream_priorities_are_clamped_to_the_pools_and_priority_range_answers():
+    """torch.cuda.Stream(priority=p) takes a stream of the pool of level min(max(-p, 0), 3) (c10/cuda/CUDAStream.h:
+    max_compile_time_stream_priorities = 4), and Stream.priority_range() is (0, -3). Measured on an H200 with torch
+    2.11 (x-series GPU run, 2026-12-02): priorities 1, 0, -1, -2, -3, -4, -10 read back 0, 0, -1, -2, -3, -3, -3.
+    simdist kept any priority as given and had no priority_range (AttributeError)."""
+    def fn():
+        return (torch.cuda.Stream.priority_range(),
+                [torch.cuda.Stream(priority=p).priority for p in (1, 0, -1, -2, -3, -4, -10)])
+
+    assert simdist.run(fn).returns == [((0, -3), [0, 0, -1, -2, -3, -3, -3])]

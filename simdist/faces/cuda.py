@@ -98,6 +98,13 @@ class Stream(engine_streams.Stream):
     def native_handle(self):
         return self.id
 
+    @staticmethod
+    def priority_range():
+        """(least, greatest) priority of the device's stream pools (torch._C._CudaStreamBase.priority_range:
+        cudaDeviceGetStreamPriorityRange with the greatest clamped to -(max_compile_time_stream_priorities - 1),
+        c10/cuda/CUDAStream.h): (0, -3) on an H200 with torch 2.11, as measured."""
+        return (0, -(engine_streams.MAX_PRIORITIES - 1))
+
     def is_capturing(self):
         """torch.Stream.is_capturing: no CUDA graph capture is ever underway (simdist refuses capture by name)."""
         return False
