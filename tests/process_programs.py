@@ -68,3 +68,13 @@ def spawn_worker(rank, n):
     out = x.sum().item()
     dist.destroy_process_group()
     return out
+
+
+def split_sizes_read_before_the_copy():
+    """The host reads split sizes that a non_blocking D2H copy is still writing and fails on what it read (the way
+    Megatron's MoE dispatcher would with its wait removed): a negative size from the fresh buffer's poison."""
+    import torch
+    counts = torch.tensor([3, 5], device="cuda") * 2
+    host = counts.to("cpu", non_blocking=True)         # pinned, not waited
+    sizes = host.tolist()                               # BUG: read before a synchronize
+    return torch.empty(sum(sizes) - 1000, device="cuda")  # fails on garbage (and would be wrong on good data)

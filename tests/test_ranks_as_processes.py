@@ -179,3 +179,15 @@ def test_under_torchrun_a_wrong_world_size_is_one_line():
     out = _torchrun("--standalone", "-m", "simdist", "run", "examples/torchrun_allreduce.py", "-n", "3")
     assert "-n 3 but torchrun started 2 workers" in out.stderr
     assert "simdist/cli.py" not in out.stderr  # simdist's own answer has no traceback
+
+
+@pytest.mark.parametrize("transport", ["threads", "processes"])
+def test_an_exception_after_a_hazard_names_the_hazard(transport):
+    """A program that crashes on values a race damaged (garbage split sizes read before their D2H copy) gets a
+    note naming the hazards its rank had found by then, since the run ends without a report: without it the user
+    sees only 'negative dimension' (corpus w05's unwaited pattern in Megatron's dispatcher, notes w6)."""
+    with pytest.raises(RuntimeError) as info:
+        simdist.run(P.split_sizes_read_before_the_copy, world_size=1, transport=transport)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "had found 1 hazard(s) before this exception" in notes, notes
+    assert "host-read [OBSERVED: values damaged]: copy_d2h_async" in notes and "process_programs.py" in notes, notes

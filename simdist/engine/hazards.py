@@ -105,3 +105,19 @@ _HOST_WRITE_ADVICE = (
     "yet: the copy reads page-locked memory when it runs, not when it is issued. Before reusing the buffer, wait\n"
     "for the copy: ev = torch.cuda.Event(); ev.record() after the copy, then ev.synchronize() (or\n"
     "stream.synchronize()); or keep one pinned buffer per copy in flight.")
+
+
+def hazards_before_error_note(rank, hazards):
+    """The note an exception of rank `rank`'s program gets when the rank had already found hazards: a crash on
+    values a race damaged (a garbage split size, a NaN check) says what damaged them. None when there are none."""
+    if not hazards:
+        return None
+    lines = [f"simdist: rank {rank} had found {len(hazards)} hazard(s) before this exception; it may follow from "
+             "them (the full reports come with a run that completes):"]
+    for h in hazards[:5]:
+        fs, ss = h.first.site, h.second.site
+        lines.append(f"  {h.kind}{' [OBSERVED: values damaged]' if h.observed else ''}: {h.first.op} "
+                     f"({fs[0]}:{fs[1]}) then {h.second.op} ({ss[0]}:{ss[1]}), not ordered")
+    if len(hazards) > 5:
+        lines.append(f"  ... and {len(hazards) - 5} more")
+    return "\n".join(lines)

@@ -14,6 +14,7 @@ resume around each switch.
 """
 from ..engine.context import set_current_rank
 from ..engine.errors import _Abort
+from ..engine.hazards import hazards_before_error_note
 from ..engine.rank import DONE, RUNNING
 from ..engine.turns import begin_turn, can_resume
 
@@ -81,6 +82,9 @@ class TurnTaker:
             pass
         except BaseException as e:  # noqa: BLE001 - re-raised by the runner naming the rank
             rank.error = e
+            note = hazards_before_error_note(rank.rank, list(getattr(rank.detector, "order", ())))
+            if note and hasattr(e, "add_note") and not isinstance(e, _Abort):
+                e.add_note(note)
             if rank.world.fatal is None:
                 rank.world.fatal = e
             self._fail(rank, e)
