@@ -198,15 +198,19 @@ def test_grads_used_in_backward_stream_or_after_wait_stream_are_clean(use):
 @needs_guard
 def test_initial_gradient_from_another_stream_needs_sync():
     """Rule (same doc section): populating the initial gradient and invoking backward in different stream
-    contexts without synchronization is unsafe; s.wait_stream(current) makes it safe. 
+    contexts without synchronization is unsafe; s.wait_stream(current) makes it safe. The engine treats the
+    initial gradient as made on the stream current at the call (engine.cpp execute: the root's InputBuffer::add
+    with the caller's stream as producer) and joins it to the root op's forward stream: here the forward ran on
+    `side` too, so an initial gradient written on the default stream without a sync is read unordered.
     https://pytorch.org/docs/stable/notes/cuda.html#stream-semantics-of-backward-passes"""
     def prog(sync):
         def fn():
             side = torch.cuda.Stream()
             w = torch.ones(1 << 14, device="cuda", requires_grad=True)
-            loss = w * 2
             side.wait_stream(torch.cuda.current_stream())
-            initial = torch.full_like(loss, 0.5)  # written on the current stream after the wait
+            with torch.cuda.stream(side):
+                loss = w * 2
+            initial = torch.full_like(w, 0.5)  # written on the current stream, after side's wait
             if sync:
                 side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -221,12 +225,32 @@ def test_initial_gradient_from_another_stream_needs_sync():
 
 
 @needs_guard
+def test_initial_gradient_on_the_root_ops_own_stream_needs_no_sync():
+    """Rule (engine.cpp execute, input_buffer.cpp): the root op's backward runs on the stream its forward ran on.
+    An initial gradient written on that same stream is ordered before it even when backward() is called in
+    another stream context (the engine makes the root op's stream wait for the caller's, never the reverse), and
+    the caller's stream then waits for the leaf streams (exec_post_processing)."""
+    def fn():
+        side = torch.cuda.Stream()
+        w = torch.ones(1 << 14, device="cuda", requires_grad=True)
+        loss = w * 2  # forward on the default stream
+        side.wait_stream(torch.cuda.current_stream())
+        initial = torch.full_like(loss, 0.5)  # also on the default stream, after side's wait
+        with torch.cuda.stream(side):
+            loss.backward(gradient=initial)
+        torch.cuda.current_stream().wait_stream(side)
+        return w.grad.sum().item()
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+    assert res.returns[0] == float(1 << 14)
+
+
+@needs_guard
 def test_forward_on_side_stream_backward_on_default_is_clean_in_pytorch():
     """Rule (same doc section): "Each backward CUDA op runs on the same stream that was used for its
     corresponding forward op", with internal syncs, so a forward entirely on `side` followed by backward()
-    on the default stream is safe in PyTorch. simdist runs backward on the calling stream after making it
-    wait for the ops that wrote the roots (patches._order_backward_after_roots), and ones_like(loss) for the
-    implicit gradient reads no bytes, so this is clean.
+    on the default stream is safe in PyTorch: the backward ops run on `side` after the forward work, and the
+    calling stream waits for the leaf streams at the end (engine.cpp exec_post_processing).
     https://pytorch.org/docs/stable/notes/cuda.html#stream-semantics-of-backward-passes"""
     def fn():
         side = torch.cuda.Stream()
@@ -237,6 +261,106 @@ def test_forward_on_side_stream_backward_on_default_is_clean_in_pytorch():
         loss.backward()
         return w.grad.sum().item()
     assert not simdist.run(fn).hazards
+
+
+@needs_guard
+def test_backward_ops_run_on_their_forward_ops_streams():
+    """Rule (same doc section): "Each backward CUDA op runs on the same stream that was used for its
+    corresponding forward op." A forward split over two streams (two branches, as a model with parallel
+    streams) runs each branch's backward on that branch's stream: a hook on a branch's output, which runs as the
+    pre-hook of the op that made it (engine.cpp evaluate_function: the node's stream guard is set first), sees
+    that stream current; the joins between the branches are the engine's own events, so values are eager CPU's
+    and nothing races. torch/csrc/autograd/engine.cpp, input_buffer.cpp."""
+    def fn():
+        torch.manual_seed(0)
+        a, b = torch.cuda.Stream(), torch.cuda.Stream()
+        w = torch.randn(64, 64).cuda().requires_grad_()
+        x = torch.randn(8, 64).cuda()
+        seen = {}
+        for s in (a, b):
+            s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(a):
+            ya = torch.tanh(x @ w)
+        with torch.cuda.stream(b):
+            yb = torch.sigmoid(x @ w.t())
+        ya.register_hook(lambda g: seen.__setitem__("a", torch.cuda.current_stream()))
+        yb.register_hook(lambda g: seen.__setitem__("b", torch.cuda.current_stream()))
+        for s in (a, b):
+            torch.cuda.current_stream().wait_stream(s)
+        (ya.sum() + (yb * yb).sum()).backward()
+        return seen["a"] == a, seen["b"] == b, w.grad.cpu()
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+    on_a, on_b, grad = res.returns[0]
+    assert on_a and on_b
+    torch.manual_seed(0)
+    w = torch.randn(64, 64, requires_grad=True)
+    x = torch.randn(8, 64)
+    (torch.tanh(x @ w).sum() + (torch.sigmoid(x @ w.t()) ** 2).sum()).backward()
+    assert torch.equal(grad, w.grad)
+
+
+@needs_guard
+def test_grads_read_back_on_the_forward_stream_after_backward_elsewhere_are_clean():
+    """Rule (same doc section; simdist notes 8): with the forward under a side-stream context and backward()
+    outside it, the gradients are produced on the side stream, so reading them back on the side stream needs no
+    sync (simdist used to run the whole backward on the calling stream and report this as a race)."""
+    def fn():
+        gpu = nn.Sequential(nn.Linear(64, 128), nn.Tanh(), nn.Linear(128, 8)).cuda()
+        xd = torch.randn(32, 64).cuda()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            loss = gpu(xd).pow(2).sum()
+        loss.backward()
+        with torch.cuda.stream(s):
+            total = sum(p.grad.sum() for p in gpu.parameters())
+        torch.cuda.current_stream().wait_stream(s)
+        return total.item()
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+
+
+def _grad_freed_then_reused(accumulator_on_default):
+    n = 1 << 14
+
+    def fn():
+        s = torch.cuda.Stream()
+        w = torch.ones(n, device="cuda", requires_grad=True)
+        keep = w * 1 if accumulator_on_default else None  # noqa: F841  (w's AccumulateGrad made on the default stream)
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            loss = (w * 2).sum()
+            loss.backward()
+        y = w.grad.sum()  # on the default stream
+        w.grad = None  # the gradient's block (allocated on s) goes back to the allocator
+        with torch.cuda.stream(s):
+            z = sum(torch.full((n,), 7.0, device="cuda") for _ in range(4))
+        torch.cuda.current_stream().wait_stream(s)
+        return y.item(), z.sum().item()
+    return fn
+
+
+@needs_guard
+def test_a_gradient_accumulated_on_another_stream_is_record_streamed():
+    """Rule (torch/csrc/autograd/input_buffer.cpp InputBuffer::add, record_stream_any_impl): a gradient produced on
+    one stream and consumed on another (here w's AccumulateGrad, made on the default stream by an earlier forward
+    whose graph is alive, while the backward ops ran on `s`) is record_stream'ed on the consumer's stream, so the
+    caching allocator does not hand its block to new work on `s` while the default stream may still read it
+    (c10/cuda/CUDACachingAllocator.cpp recordStream). Without the record_stream simdist would report a
+    reuse-after-free a GPU does not have."""
+    res = simdist.run(_grad_freed_then_reused(True))
+    assert not res.hazards, res.report()
+    assert res.returns[0] == (2.0 * (1 << 14), 28.0 * (1 << 14))
+
+
+@needs_guard
+def test_grads_made_on_a_side_stream_read_on_the_default_stream_race():
+    """Rule (same doc section, "Unsafe": backward() in a side-stream context, grads used outside it without a
+    sync): with the forward on `s` too, w's AccumulateGrad runs on `s`, the default stream reads w.grad with
+    nothing ordering it after: a read-after-write."""
+    res = simdist.run(_grad_freed_then_reused(False))
+    assert "read-after-write" in [h.kind for h in res.hazards], res.report()
 
 
 @needs_guard

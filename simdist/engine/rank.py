@@ -49,6 +49,7 @@ class Rank:
         self.error = None
         # the rank's own engine
         self.streams = []
+        self.stream_by_id = {}  # Stream.id -> the stream (how torch's C++ side names it: simdist/faces/guard_events.py)
         self._stream_ids = 0
         self.queue = EventQueue()
         self.tokens = clocks.TokenTable()

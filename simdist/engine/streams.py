@@ -38,6 +38,7 @@ class Stream:
         self.host_ver = -1  # the host clock version already joined into vc
         self.priority = priority
         rank.streams.append(self)
+        rank.stream_by_id[self.id] = self
         return self
 
     def __repr__(self):

@@ -158,6 +158,7 @@ class Stream(engine_streams.Stream):
         prev = me.current_streams.get(self.dev.index)
         me.stream_contexts.append((self.dev.index, prev, me.current_device))
         me.current_streams[self.dev.index] = self
+        guard.streams_changed()
         _set_current(me, self.dev.index)
 
     def __exit__(self, *exc):
@@ -167,6 +168,7 @@ class Stream(engine_streams.Stream):
             me.current_streams.pop(idx, None)
         else:
             me.current_streams[idx] = prev
+        guard.streams_changed()
         _set_current(me, dev)
         return False
 
@@ -362,6 +364,7 @@ def set_stream(stream):
     if not isinstance(stream, engine_streams.Stream):  # a torch.Stream (torch.accelerator's): by its id triple
         stream = _as_sim_stream(stream)
     me.current_streams[stream.dev.index] = stream
+    guard.streams_changed()
     if me.current_device != stream.dev.index:
         _set_current(me, stream.dev.index)
 

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch, launch_kernel
-from . import rng
+from . import guard_events, rng
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import SPEC_FIXES, rule_for
 from .probe import probe_specs
@@ -606,7 +606,11 @@ def _fast_functional(me, info, args):
         out._span = (lo, lo + lnb, lay.dense)
     else:
         out._span = None
-    alloc.views.append(_ref(out))  # (a fresh allocation: no dead views to forget)
+    ref = _ref(out)
+    alloc.views.append(ref)  # (a fresh allocation: no dead views to forget)
+    made = guard_events.backward_made
+    if made is not None:  # a backward pass may record_stream it (guard_events.record_data)
+        made.append(ref)
     launch_kernel(me, stream, info.name, partial(info.out_op, *cargs, out=inner), sims, out, nbytes + lnb,
                   _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)
     return out

@@ -77,6 +77,10 @@ def load(warn=True):
             lib.simdist_guard_set_device.restype = None
             lib.simdist_guard_set_callbacks.argtypes = [ctypes.c_void_p]
             lib.simdist_guard_set_callbacks.restype = None
+            lib.simdist_guard_streams_changed.argtypes = []
+            lib.simdist_guard_streams_changed.restype = None
+            lib.simdist_guard_storage_key.argtypes = [ctypes.c_void_p]
+            lib.simdist_guard_storage_key.restype = ctypes.c_void_p
             if not lib.simdist_guard_hooks_ours():
                 raise RuntimeError("torch's CUDA hooks are not the CPU build's default ones")
         except Exception as e:  # noqa: BLE001  (no compiler, no ninja, a header mismatch...)
@@ -87,8 +91,9 @@ def load(warn=True):
                               stacklevel=2)
             return False
         global _callbacks
-        from .guard_events import callbacks
-        _callbacks = callbacks()  # (alive as long as the library: the guard calls it)
+        from . import guard_events
+        guard_events.bind(lib)
+        _callbacks = guard_events.callbacks()  # (alive as long as the library: the guard calls it)
         lib.simdist_guard_set_callbacks(ctypes.addressof(_callbacks))
         _lib = lib
         _reason = ""
@@ -119,6 +124,13 @@ def set_device(index):
     """Tell torch's C++ side (the fake guard's thread-local device) the calling rank's current device."""
     if _lib is not None:
         _lib.simdist_guard_set_device(int(index))
+
+
+def streams_changed():
+    """A rank's current stream changed or it made a device: what the guard cached of simdist's answers is stale
+    (its getStream is asked for every tensor autograd records)."""
+    if _lib is not None:
+        _lib.simdist_guard_streams_changed()
 
 
 def enabled():

@@ -1,15 +1,21 @@
 """Streams and events as torch's C++ side sees them, through the fake CUDA device guard (simdist/faces/guard.py,
 csrc/fake_cuda_guard.cpp): what C++ code records and waits on a CUDA device becomes markers and waits on the
-simulated streams.
+simulated streams, and a c10::Stream names a simulated stream by its id.
 
-Who reaches this: a CUDA `ivalue::Future` (torch.futures.Future(devices=[cuda]); simdist's Work.get_future
-returns one) records an event on the current stream of each of its devices when it completes, makes the current
-streams wait for those events in `wait()` (Python's `fut.wait()`, and torch DDP's C++ Reducer in
-`finalize_backward`), and runs each `then()` callback on a pool stream that first waits for them, its child future
-recording its own events there (torch/include/ATen/core/ivalue_inl.h: markCompleted, synchronizeWithCurrentStreams,
-invokeCallback); `torch.Event` and `torch.accelerator.current_stream()`. Stream 0 is the rank's current stream;
-streams 1..32 are the device's pool streams (c10/cuda's pool has 32 per priority), which C++ exchanges in around a
-future's callback.
+Who reaches this:
+- autograd (torch/csrc/autograd/engine.cpp, input_buffer.cpp): every node keeps the stream current when its
+  forward op ran (InputMetadata asks getStream), its backward runs with that stream made current (a StreamGuard:
+  exchangeStream), a gradient produced on one stream and consumed or accumulated on another is joined by an event
+  (record + block) and record_stream'ed (recordDataPtrOnStream), and at the end the caller's current streams wait
+  for the leaf streams. So backward ops run on their forward ops' streams, as the CUDA notes say
+  (https://pytorch.org/docs/stable/notes/cuda.html#stream-semantics-of-backward-passes), with torch's own syncs.
+- a CUDA `ivalue::Future` (torch.futures.Future(devices=[cuda]); simdist's Work.get_future returns one) records an
+  event on the current stream of each of its devices when it completes, makes the current streams wait for those
+  events in `wait()` (Python's `fut.wait()`, and torch DDP's C++ Reducer in `finalize_backward`), and runs each
+  `then()` callback on a pool stream that first waits for them (torch/include/ATen/core/ivalue_inl.h:
+  markCompleted, synchronizeWithCurrentStreams, invokeCallback); `torch.Event`.
+Stream ids: a simulated stream's own id (Rank.stream_by_id); POOL_BASE + k the device's pool stream k (c10/cuda's
+pool has 32 per priority); 0 the rank's current stream.
 
 The callbacks run inside torch's C++ code and must not raise into it: an error is made the run's fatal error and
 the callback returns a neutral value.
@@ -20,13 +26,21 @@ import contextlib
 import ctypes
 import itertools
 import threading
+import weakref
 
 from ..engine.context import current_rank
+from ..engine.errors import SimulationError
+
+POOL_BASE = 1 << 56  # csrc/fake_cuda_guard.cpp kPoolBase
 
 _markers = {}  # event id -> marker op (ids are unique in this process)
 _ids = itertools.count(1)
 _local = threading.local()  # .completing: (device index, marker) while a Work's future is being completed
-_saved = {}  # (rank, device) -> the rank's current stream before a pool stream was exchanged in (None: default)
+# Tensors made while a backward pass runs, so recordDataPtrOnStream's key can be mapped back to one (their C++
+# storages hold no data: csrc/fake_cuda_guard.cpp). None outside backward; see in_backward.
+backward_made = None
+_by_key = {}  # storage key -> weak reference to the tensor (filled from backward_made on demand)
+_depth = 0
 
 
 @contextlib.contextmanager
@@ -40,10 +54,63 @@ def completing(device, marker):
         _local.completing = None
 
 
+@contextlib.contextmanager
+def in_backward(tensors):
+    """While autograd runs a backward pass: the tensors it may record_stream (`tensors`: roots and initial
+    gradients; the ones made meanwhile are collected by SimTensor's constructors)."""
+    global backward_made, _depth
+    if _depth == 0:
+        backward_made = []
+    _depth += 1
+    backward_made.extend(weakref.ref(t) for t in tensors)
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if _depth == 0:
+            backward_made = None
+            _by_key.clear()
+
+
+_lib = None  # the guard's library (simdist/faces/guard.py load: bind)
+
+
+def bind(lib):
+    global _lib
+    _lib = lib
+
+
+def _storage_key(tensor):
+    """The name recordDataPtrOnStream gives `tensor`'s storage: its StorageImpl's DataPtr (csrc/fake_cuda_guard.cpp)."""
+    return _lib.simdist_guard_storage_key(tensor._cdata) or 0
+
+
+def _tensor_of(key):
+    ref = _by_key.get(key)
+    t = ref() if ref is not None else None
+    if t is not None and _storage_key(t) == key:
+        return t
+    if backward_made:
+        pending, backward_made[:] = list(backward_made), []
+        for r in pending:
+            u = r()
+            if u is not None:
+                _by_key[_storage_key(u)] = r
+        ref = _by_key.get(key)
+        t = ref() if ref is not None else None
+    return t
+
+
 def _stream(rank, device, sid):
     if sid == 0:
         return rank.current_stream(device)
-    return rank.device(device).pool_stream(sid)
+    if sid >= POOL_BASE:
+        return rank.device(device).pool_stream(sid - POOL_BASE + 1)
+    s = rank.stream_by_id.get(sid)
+    if s is None or s.dev.index != device:
+        raise SimulationError(f"torch's C++ side named CUDA stream {sid} on cuda:{device}, which rank {rank.rank} "
+                              "does not have")
+    return s
 
 
 def _guarded(default):
@@ -106,17 +173,33 @@ def _destroy(event):
 
 @_guarded(None)
 def _exchange(rank, device, sid):
-    key = (rank.rank, device)
     if sid == 0:
-        prev = _saved.pop(key, None)
-        if prev is None:
-            rank.current_streams.pop(device, None)
-        else:
-            rank.current_streams[device] = prev
-        return
-    if key not in _saved:
-        _saved[key] = rank.current_streams.get(device)
-    rank.current_streams[device] = rank.device(device).pool_stream(sid)
+        return  # (a stream named before the rank had this device: its current stream, unchanged)
+    rank.current_streams[device] = _stream(rank, device, sid)
+    _lib.simdist_guard_streams_changed()
+
+
+@_guarded(0)
+def _current(rank, device, which):
+    d = rank.devices.get(device)
+    if d is None:
+        return 0  # no context on that device yet (autograd stashes every device's current stream)
+    if which:
+        return d.default_stream.id
+    s = rank.current_streams.get(device)
+    return (s or d.default_stream).id
+
+
+@_guarded(None)
+def _record_data(rank, key, device, sid):
+    """recordDataPtrOnStream: autograd record_streams a gradient used on another stream than its producer's; a
+    CUDA Future record_streams its value's storages on the streams that wait for it. The gradients are named by
+    the tensors made during the backward pass (and its roots and initial gradients); a storage simdist cannot
+    name (a Future's value made before) keeps its allocation stream only, as before this was modelled: that can
+    only report a reuse a GPU would have delayed, never hide a race."""
+    t = _tensor_of(key)
+    if t is not None and t._alloc is not None:
+        t._alloc.record_stream(_stream(rank, device, sid))
 
 
 @_guarded(None)
@@ -131,7 +214,9 @@ class Callbacks(ctypes.Structure):
                 ("synchronize_event", ctypes.CFUNCTYPE(None, ctypes.c_int64)),
                 ("destroy", ctypes.CFUNCTYPE(None, ctypes.c_int64)),
                 ("exchange", ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int64)),
-                ("synchronize_device", ctypes.CFUNCTYPE(None, ctypes.c_int))]
+                ("synchronize_device", ctypes.CFUNCTYPE(None, ctypes.c_int)),
+                ("current", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int)),
+                ("record_data", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64))]
 
 
 def callbacks():
@@ -139,4 +224,5 @@ def callbacks():
     f = dict(Callbacks._fields_)
     return Callbacks(f["record"](_record), f["block"](_block), f["query"](_query),
                      f["synchronize_event"](_synchronize_event), f["destroy"](_destroy),
-                     f["exchange"](_exchange), f["synchronize_device"](_synchronize_device))
+                     f["exchange"](_exchange), f["synchronize_device"](_synchronize_device),
+                     f["current"](_current), f["record_data"](_record_data))

@@ -16,7 +16,7 @@ import torch
 
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
-from . import guard
+from . import guard, guard_events
 from . import rules  # noqa: F401  (registers the op rules)
 from .accelerator import accelerator_patches
 from .comm import comm_patches, parallel_apply_patches
@@ -405,38 +405,23 @@ def _engine_run_backward(*args, **kwargs):
     With multithreading on, the engine would run nodes of CUDA tensors on its per-device worker threads,
     which are not simulated ranks; off, it runs them on the rank thread, which is blocked in backward()
     anyway, so ops, hooks and collectives in hooks see their rank as usual (and the run stays
-    deterministic). See docs/autograd.md for what this models.
+    deterministic). The streams are torch's own choice: each node runs on its forward op's stream, joined by
+    the engine's events (simdist/faces/guard_events.py, docs/autograd.md).
     """
     me = current_rank()
     if me is None:
         return _orig_engine_run_backward(*args, **kwargs)
-    _order_backward_after_roots(me, args[0] if args else kwargs.get("t_outputs", ()))
+    roots = args[0] if args else kwargs.get("t_outputs", ())
+    grads = args[1] if len(args) > 1 else kwargs.get("grad_tensors", ())
+    given = [t for group in (roots, grads) for t in ((group,) if isinstance(group, torch.Tensor) else group or ())
+             if type(t) is SimTensor]
     prev = torch._C._is_multithreading_enabled()
     torch._C._set_multithreading_enabled(False)
     try:
-        return _orig_engine_run_backward(*args, **kwargs)
+        with guard_events.in_backward(given):
+            return _orig_engine_run_backward(*args, **kwargs)
     finally:
         torch._C._set_multithreading_enabled(prev)
-
-
-def _order_backward_after_roots(me, roots):
-    """PyTorch runs each backward op on its forward op's stream, so the backward of `loss` is ordered after the
-    forward work that produced it whichever stream backward() is called on. simdist runs backward on the stream
-    current at the call: that stream first waits for the ops that last wrote each root (only those: initial
-    gradients written elsewhere without a sync stay a race, as the CUDA notes say)."""
-    if isinstance(roots, torch.Tensor):
-        roots = (roots,)
-    for t in roots:
-        if type(t) is not SimTensor or t._alloc is None:
-            continue
-        cur = me.current_stream(t._dev.index)
-        latest = {}
-        for r in t._alloc.records:
-            s = r.op.stream
-            if r.write and s is not cur and (s not in latest or r.op.seq > latest[s].seq):
-                latest[s] = r.op
-        for op in latest.values():
-            cur.wait_marker(me.host, op.full())
 
 
 _orig_load = torch.load
@@ -778,6 +763,7 @@ class TorchRankHooks:
         # reductions over every core, and their values depended on the machine the run was on.
         torch.set_num_threads(1)
         guard.set_device(me.current_device)
+        guard.streams_changed()  # (a thread may have served another rank before: the guard's cached streams are not ours)
         # FakeTensorMode's dispatch cache is one per process and keys a factory by its arguments as written
         # (device="cuda"), so rank threads would share rank 1's cuda:1 output (DTensor's sharding propagation
         # makes fakes exactly so); torchrun processes each have their own cache

@@ -8,6 +8,7 @@ import torch
 from ..engine.world import World
 from .cuda import Stream
 from .host_memory import HostMemory
+from . import guard
 from .rng import SimGenerator
 
 DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh process's CPU and CUDA seed
@@ -22,6 +23,7 @@ def _name_device(device):
     if pending:
         seed = pending.get(device.index, pending.get("all", seed))
     device.generator = SimGenerator(device.torch_device).manual_seed(seed)
+    guard.streams_changed()  # the guard answered "no such device" for it until now
 
 
 def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None, avoid_record_streams=False,

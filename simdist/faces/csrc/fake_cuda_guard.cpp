@@ -14,13 +14,16 @@
 // autograd engine's device threads call it as they start, where an exception would end the process).
 //
 // Enabled, the impl keeps a thread-local current device and reports 64 devices. Its streams and events are
-// simdist's, through callbacks simdist/faces/guard_events.py registers (simdist_guard_set_callbacks): what torch's
-// own C++ records and waits (a CUDA ivalue::Future's events, which DDP's Reducer waits in C++; torch.Event and
-// torch.accelerator) becomes markers and waits on simulated streams. Stream id 0 means "the rank's current
-// stream" (what every tensor's stream is, so autograd never inserts stream syncs of its own: simdist orders
-// backward itself, docs/autograd.md); ids > 0 are pool streams that C++ code exchanges in around a Future's
-// callbacks (getStreamFromGlobalPool + MultiStreamGuard), mapped to simulated pool streams. Without callbacks
-// events are no-ops.
+// simdist's, through callbacks simdist/faces/guard_events.py registers (simdist_guard_set_callbacks): a c10::Stream's
+// id is the simulated stream's own id (simdist/engine/streams.py), so what torch's C++ records per tensor is the
+// stream that was current in the rank when it ran, as on a GPU. Autograd keeps, for every node, the stream current
+// when its forward op ran, makes it current while the node's backward runs (exchangeStream) and joins streams
+// with events where producer and consumer differ (torch/csrc/autograd/engine.cpp, input_buffer.cpp): simdist
+// sees those as stream switches, markers and waits on its simulated streams. Ids at kPoolBase and above are the
+// device's pool streams (getStreamFromGlobalPool: a CUDA Future runs its callbacks on one); id 0 is "the rank's
+// current stream" (a Stream made before the rank had a device). What C++ code records and waits (a CUDA
+// ivalue::Future's events, which DDP's Reducer waits in C++; torch.Event) becomes markers and waits on simulated
+// streams. Without callbacks every stream is id 0 and events are no-ops.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -35,6 +38,7 @@ std::atomic<bool> g_enabled{false};
 thread_local c10::DeviceIndex t_device = 0;
 constexpr c10::DeviceIndex kDeviceCount = 64;
 constexpr int64_t kPoolStreams = 32;  // as c10/cuda's pool: round robin over 32 streams per device
+constexpr int64_t kPoolBase = int64_t(1) << 56;  // above every simulated stream id (rank << 24 + n)
 
 // simdist's side of streams and events (never throw: each returns a plain value)
 struct Callbacks {
@@ -43,17 +47,34 @@ struct Callbacks {
   int (*query)(int64_t event);
   void (*synchronize_event)(int64_t event);
   void (*destroy)(int64_t event);
-  void (*exchange)(int device, int64_t stream);  // the rank's current stream becomes pool stream `stream` (0: back)
+  void (*exchange)(int device, int64_t stream);  // the rank's current stream on `device` becomes stream `stream`
   void (*synchronize_device)(int device);
+  int64_t (*current)(int device, int which);  // the id of the rank's current (which=0) or default (1) stream
+  void (*record_data)(const void* key, int device, int64_t stream);  // record_stream of the storage at `key`
 };
 std::atomic<const Callbacks*> g_callbacks{nullptr};
-thread_local int64_t t_stream[kDeviceCount] = {};  // the pool stream exchanged in on each device (0: none)
 std::atomic<int64_t> g_next_pool{0};
 
 inline const Callbacks* callbacks() { return g_callbacks.load(std::memory_order_acquire); }
 inline int64_t event_id(void* event) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(event)); }
 inline c10::Stream stream_of(c10::Device d, int64_t id) { return c10::Stream(c10::Stream::UNSAFE, d, id); }
-inline c10::Stream pool_stream(c10::Device d) { return stream_of(d, 1 + (g_next_pool++ % kPoolStreams)); }
+inline c10::Stream pool_stream(c10::Device d) { return stream_of(d, kPoolBase + (g_next_pool++ % kPoolStreams)); }
+// The answers of callbacks()->current, cached per thread until simdist changes any rank's current streams or
+// devices (simdist_guard_streams_changed bumps the epoch): autograd asks for every tensor it records.
+std::atomic<uint64_t> g_epoch{1};
+thread_local int64_t t_answer[2][kDeviceCount] = {};
+thread_local uint64_t t_answer_epoch[2][kDeviceCount] = {};
+inline int64_t rank_stream(c10::DeviceIndex i, int which) {
+  auto cb = callbacks();
+  if (!cb) return 0;
+  if (i < 0 || i >= kDeviceCount) return cb->current(i, which);
+  uint64_t e = g_epoch.load(std::memory_order_acquire);
+  if (t_answer_epoch[which][i] != e) {
+    t_answer[which][i] = cb->current(i, which);
+    t_answer_epoch[which][i] = e;
+  }
+  return t_answer[which][i];
+}
 
 inline void check_enabled() {
   TORCH_CHECK(g_enabled.load(std::memory_order_relaxed), "PyTorch is not linked with support for ",
@@ -81,11 +102,11 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getStream(c10::Device d) const override {
     check_enabled();
-    return stream_of(d, d.index() >= 0 && d.index() < kDeviceCount ? t_stream[d.index()] : 0);
+    return stream_of(d, rank_stream(d.index() >= 0 ? d.index() : t_device, 0));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     check_enabled();
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return stream_of(d, rank_stream(d.index() >= 0 ? d.index() : t_device, 1));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
     check_enabled();
@@ -97,12 +118,16 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     check_enabled();
-    c10::DeviceIndex i = s.device_index();
-    if (i < 0 || i >= kDeviceCount) return stream_of(s.device(), 0);
-    int64_t old = t_stream[i];
+    c10::DeviceIndex i = s.device_index() >= 0 ? s.device_index() : t_device;
+    int64_t old = rank_stream(i, 0);
     if (old != s.id()) {
-      t_stream[i] = s.id();
-      if (auto cb = callbacks()) cb->exchange(i, s.id());
+      if (auto cb = callbacks()) {
+        cb->exchange(i, s.id());  // (bumps the epoch)
+        if (i >= 0 && i < kDeviceCount && s.id() != 0) {
+          t_answer[0][i] = s.id();
+          t_answer_epoch[0][i] = g_epoch.load(std::memory_order_acquire);
+        }
+      }
     }
     return stream_of(s.device(), old);
   }
@@ -149,7 +174,12 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     check_enabled();
     if (auto cb = callbacks()) cb->synchronize_device(device_index);
   }
-  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/, const c10::Stream& /*stream*/) const override {}
+  // Tensor.record_stream as autograd's InputBuffer does it for a gradient used on another stream
+  // (record_stream_any_impl): a simulated tensor's C++ storage holds no data, so the DataPtr's address (a member
+  // of the StorageImpl, one per tensor) names it; simdist maps it back to the tensor (guard_events.py).
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
+    if (auto cb = callbacks()) cb->record_data(&data_ptr, stream.device_index(), stream.id());
+  }
 };
 
 // at::getAccelerator(), which autograd asks for the device type whose streams it tracks (InputBuffer::add
@@ -249,6 +279,14 @@ void simdist_guard_set_callbacks(const void* cb) {
 // in Python; code that asks C++, such as FakeTensorMode for device="cuda", must get the same answer).
 void simdist_guard_set_device(int index) {
   if (index >= 0) t_device = static_cast<c10::DeviceIndex>(index);
+}
+// simdist changed a rank's current stream or made a device: the cached answers of callbacks()->current are stale.
+void simdist_guard_streams_changed() { g_epoch.fetch_add(1, std::memory_order_acq_rel); }
+// The key recordDataPtrOnStream passes for `tensor_impl`'s storage (the address of its StorageImpl's DataPtr).
+const void* simdist_guard_storage_key(const void* tensor_impl) {
+  auto* t = static_cast<const c10::TensorImpl*>(tensor_impl);
+  if (!t->has_storage()) return nullptr;
+  return &t->unsafe_storage().data_ptr();
 }
 // 1 when torch's CUDA hooks are the default (CPU build) ones or already swapped: set_enabled can work.
 int simdist_guard_hooks_ours() {
