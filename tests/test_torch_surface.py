@@ -358,7 +358,7 @@ def test_a_script_that_consumes_sys_argv_sees_its_own_arguments_on_every_rank(tm
 def test_cuda_surface_not_modelled_is_refused_by_name():
     """What simdist does not model raises UnsupportedOperation naming it (was torch's raw AttributeError or
     RuntimeError of a CPU build): external streams, IPC events, allocator snapshots and raw pointers, memory
-    fractions, sync debug modes other than the default; what libraries merely ask answers as on a GPU
+    fractions; what libraries merely ask answers as on a GPU
     (is_current_stream_capturing() outside a capture, nvtx ranges, accelerator memory figures), and pinning a
     device tensor raises torch's own error."""
     from simdist import UnsupportedOperation
@@ -374,7 +374,6 @@ def test_cuda_surface_not_modelled_is_refused_by_name():
             "caching_allocator_alloc": lambda: torch.cuda.caching_allocator_alloc(64),
             "MemPool": lambda: torch.cuda.MemPool(),
             "use_mem_pool": lambda: torch.cuda.use_mem_pool(None).__enter__(),
-            "set_sync_debug_mode": lambda: torch.cuda.set_sync_debug_mode("error"),
             "graph_pool_handle": lambda: torch.cuda.graph_pool_handle(),
         }
         for name, call in calls.items():
@@ -395,8 +394,7 @@ def test_cuda_surface_not_modelled_is_refused_by_name():
                 torch.accelerator.memory_allocated() == torch.cuda.memory_allocated() > 0, pinned_error)
     refused, capturing, mode, same, pinned_error = simdist.run(fn).returns[0]
     assert refused == ["ExternalStream", "ipc_handle", "_record_memory_history", "_snapshot", "memory_snapshot",
-                       "caching_allocator_alloc", "MemPool", "use_mem_pool", "set_sync_debug_mode",
-                       "graph_pool_handle"]
+                       "caching_allocator_alloc", "MemPool", "use_mem_pool", "graph_pool_handle"]
     assert capturing is False and mode == 0 and same
     assert "only dense CPU tensors can be pinned" in pinned_error
 
@@ -736,3 +734,70 @@ def test_stream_priorities_are_clamped_to_the_pools_and_priority_range_answers()
                 [torch.cuda.Stream(priority=p).priority for p in (1, 0, -1, -2, -3, -4, -10)])
 
     assert simdist.run(fn).returns == [((0, -3), [0, 0, -1, -2, -3, -3, -3])]
+
+
+def test_sync_debug_mode_warns_or_raises_where_c10_synchronizes():
+    """torch.cuda.set_sync_debug_mode("warn"/"error") (c10/cuda/CUDAFunctions.h: memcpy_and_sync and
+    stream_synchronize call warn_or_error_on_sync): a UserWarning / RuntimeError "called a synchronizing CUDA
+    operation" at .item(), .cpu(), .tolist(), blocking host-to-device copies (pageable or pinned), nonzero /
+    boolean indexing / masked_select / unique and Stream.synchronize(); none at torch.cuda.synchronize(),
+    Event.synchronize() or non_blocking copies (to pinned or pageable memory). Measured call by call on an H200,
+    torch 2.11 (x-series GPU run, 2026-12-02). simdist refused the mode (UnsupportedOperation)."""
+    import warnings
+
+    def fn():
+        t = torch.randn(64, device="cuda")
+        pinned, pageable = torch.empty(64).pin_memory(), torch.randn(64)
+        ev = torch.cuda.Event()
+        cases = {
+            "item": lambda: t.sum().item(), "cpu": lambda: t.cpu(), "tolist": lambda: t.tolist(),
+            "h2d_pageable": lambda: pageable.cuda(), "h2d_pinned": lambda: pinned.cuda(),
+            "nonzero": lambda: t.nonzero(), "bool_index": lambda: t[t > 0], "unique": lambda: torch.unique(t),
+            "stream_sync": lambda: torch.cuda.current_stream().synchronize(),
+            "device_sync": lambda: torch.cuda.synchronize(), "event_sync": lambda: (ev.record(), ev.synchronize()),
+            "d2h_pinned_nb": lambda: pinned.copy_(t, non_blocking=True),
+            "d2h_pageable_nb": lambda: pageable.copy_(t, non_blocking=True),
+            "h2d_pinned_nb": lambda: pinned.to("cuda", non_blocking=True),
+        }
+        out = {}
+        for k, f in cases.items():
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("warn")
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                f()
+            torch.cuda.set_sync_debug_mode(0)
+            out[k] = any("called a synchronizing CUDA operation" in str(m.message) for m in w)
+        torch.cuda.set_sync_debug_mode("error")
+        mode = torch.cuda.get_sync_debug_mode()
+        try:
+            t.sum().item()
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        torch.cuda.set_sync_debug_mode("default")
+        return out, mode, err, torch.cuda.get_sync_debug_mode()
+
+    (out, mode, err, after), = simdist.run(fn).returns
+    warns = {"item", "cpu", "tolist", "h2d_pageable", "h2d_pinned", "nonzero", "bool_index", "unique", "stream_sync"}
+    assert {k for k, v in out.items() if v} == warns, out
+    assert (mode, err, after) == (2, "called a synchronizing CUDA operation", 0)
+
+
+def test_equal_of_the_same_view_or_of_different_sizes_launches_nothing():
+    """torch.equal on CUDA (aten/src/ATen/native/cuda/Equal.cpp cuda_equal): different sizes -> False, no elements
+    -> True, the same view of the same storage -> True, with no kernel and no host sync; else eq().all().item().
+    So equal(c, c) of a tensor a side stream is still writing is no race (and does not order the host after it)."""
+    def fn():
+        a = torch.arange(6., device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            c = a * 2
+        quick = (torch.equal(c, c), torch.equal(c, c[:3]), torch.equal(c[:0], a[:0]))
+        torch.cuda.current_stream().wait_stream(side)
+        return quick, torch.equal(c, a * 2), torch.equal(c, a)
+
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+    assert res.returns == [((True, False, True), True, False)]

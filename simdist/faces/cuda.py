@@ -21,7 +21,7 @@ from ..engine import streams as engine_streams
 from ..engine.context import current_rank, process_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch
-from . import guard
+from . import guard, sync_debug
 
 
 def _rank():
@@ -137,6 +137,7 @@ class Stream(engine_streams.Stream):
 
     def synchronize(self):
         me = _rank()
+        sync_debug.synchronizing(me)  # c10 stream_synchronize
         me.wait_op(self.record_marker(me.host), "Stream.synchronize()")
 
     def __eq__(self, other):
@@ -735,14 +736,11 @@ class ExternalStream:
 
 
 def get_sync_debug_mode():
-    return 0
+    return sync_debug.mode(_rank())
 
 
 def set_sync_debug_mode(debug_mode):
-    if debug_mode in (0, "default"):
-        return
-    raise UnsupportedOperation(f"torch.cuda.set_sync_debug_mode({debug_mode!r}) (warnings or errors at "
-                               "synchronizing calls) is not modelled by simdist")
+    sync_debug.set_mode(_rank(), debug_mode)
 
 
 _MEMORY_REFUSED = {

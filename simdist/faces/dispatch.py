@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch, launch_kernel
-from . import guard_events, rng
+from . import guard_events, rng, sync_debug
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import SPEC_FIXES, rule_for
 from .probe import probe_specs
@@ -626,6 +626,7 @@ def _sync_compute(me, func, info, unwrapped):
     stream = me.current_stream(dev.index)
     holder = []
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
+    sync_debug.synchronizing(me)  # the count's copy to the host (stream_synchronize / memcpy_and_sync)
     _with_generator(info, unwrapped, dev)
     op = launch(me, stream, info.name, "kernel", lambda: holder.append(func(*call_args, **call_kwargs)), unwrapped.sims, [],
                 _nbytes(unwrapped.sims))
@@ -673,6 +674,7 @@ def _host_read(me, func, info, args, kwargs):
     holder = []
     _usable(unwrapped.sims)
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
+    sync_debug.synchronizing(me)  # a value copied to the host (memcpy_and_sync)
     stream = me.current_stream(dev.index)
     op = launch(me, stream, info.name, "d2h", lambda: holder.append(func(*call_args, **call_kwargs)), unwrapped.sims, [],
                 _nbytes(unwrapped.sims))

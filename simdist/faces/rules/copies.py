@@ -19,7 +19,9 @@ import torch
 
 from ...engine.errors import SimulationError
 from ...engine.launch import launch
-from ..dispatch import (_factory_device, _nbytes, _sim_of, _to_meta, allocate, dense_only)
+from ..dispatch import (_factory_device, _host_read, _nbytes, _sim_of, _to_meta, allocate, dense_only)
+from ..op_info import op_info
+from .. import sync_debug
 from ..op_rules import register
 from ..tensor import HostProxy, SimTensor
 
@@ -66,6 +68,7 @@ def _to_copy(me, func, args, kwargs):
     if src_sim:  # device -> host: the host waits for the copy on the current stream
         holder = []
         si = src._inner
+        sync_debug.synchronizing(me)  # memcpy_and_sync
         op = launch(me, me.current_stream(src._dev.index), "copy_d2h", "d2h",
                     lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
         me.wait_op(op, "device-to-host copy")
@@ -82,6 +85,8 @@ def _to_copy(me, func, args, kwargs):
         # the host waits, unless non_blocking)
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
         out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
+        if not kwargs.get("non_blocking"):
+            sync_debug.synchronizing(me)  # memcpy_and_sync
         op = _h2d_async(me, stream, out, src)
         if not kwargs.get("non_blocking"):
             me.wait_op(op, "host-to-device copy")
@@ -90,6 +95,8 @@ def _to_copy(me, func, args, kwargs):
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
     oi = out._inner
+    if not kwargs.get("non_blocking"):
+        sync_debug.synchronizing(me)  # memcpy_and_sync
     op = launch(me, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
     if not kwargs.get("non_blocking"):
         me.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
@@ -164,11 +171,15 @@ def _copy_(me, func, args, kwargs):
         if isinstance(src, torch.Tensor) and hr.is_pinned(src):
             # from pinned memory: the DMA reads the buffer when it runs (memcpy_and_sync: the host then waits,
             # unless non_blocking), in stream order after a pending device-to-host copy into it
+            if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
+                sync_debug.synchronizing(me)  # memcpy_and_sync
             op = _h2d_async(me, me.current_stream(d._dev.index), d, src)
             if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
                 me.wait_op(op, "host-to-device copy")
             return dst
         snap = src.clone() if isinstance(src, torch.Tensor) else torch.tensor(src)
+        if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
+            sync_debug.synchronizing(me)  # memcpy_and_sync
         op = launch(me, me.current_stream(d._dev.index), "copy_h2d", "h2d", lambda: di.copy_(snap), (), (d,),
                     _nbytes((d,)))
         if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
@@ -182,6 +193,8 @@ def _copy_(me, func, args, kwargs):
         return _d2h_async(me, s, dst)
     holder = []
     si = s._inner
+    if not (len(args) > 2 and args[2] or kwargs.get("non_blocking")):
+        sync_debug.synchronizing(me)  # memcpy_and_sync (non_blocking into pageable memory: a plain cudaMemcpyAsync)
     op = launch(me, me.current_stream(s._dev.index), "copy_d2h", "d2h", lambda: holder.append(si.clone()), (s,),
                 (), _nbytes((s,)))
     me.wait_op(op, "device-to-host copy")
@@ -189,11 +202,34 @@ def _copy_(me, func, args, kwargs):
     return dst
 
 
+@register(aten.equal.default)
+def _equal(me, func, args, kwargs):
+    """torch.equal of two device tensors as ATen's cuda_equal (aten/src/ATen/native/cuda/Equal.cpp): different
+    sizes give False, no elements True, and the same view of the same storage True, each without a kernel or a host
+    sync; otherwise `at::eq(self, src).all().item()`: kernels on the current stream and a blocking copy, here one
+    host-reading op on that stream."""
+    a, b = args[0], args[1]
+    if type(a) not in (SimTensor, HostProxy) or type(b) not in (SimTensor, HostProxy):
+        raise RuntimeError(f"Cannot compare two tensors on different devices. Got: {a.device} and {b.device}")
+    a, b = _sim_of(a), _sim_of(b)
+    if a._dev is not b._dev:
+        raise RuntimeError(f"Cannot compare two tensors on different devices. Got: {a.device} and {b.device}")
+    if a.shape != b.shape:
+        return False
+    if a.numel() == 0:
+        return True
+    if (a._alloc is b._alloc and a.storage_offset() == b.storage_offset() and a.dtype == b.dtype
+            and a.stride() == b.stride() and a.is_neg() == b.is_neg() and a.is_conj() == b.is_conj()):
+        return True
+    return _host_read(me, func, op_info(func), args, kwargs)  # (one op for the GPU's eq, all and copy)
+
+
 @register(aten._local_scalar_dense.default)
 def _item(me, func, args, kwargs):
     s = _sim_of(args[0])
     holder = []
     si = s._inner
+    sync_debug.synchronizing(me)  # memcpy_and_sync
     op = launch(me, me.current_stream(s._dev.index), "item", "d2h", lambda: holder.append(si.item()), (s,), (),
                 _nbytes((s,)))
     me.wait_op(op, ".item()")
