@@ -1182,6 +1182,362 @@ def _index_ops(b):
     return Step("index_ops", f"{x}.{kind}({d}, {it}, {src})")
 
 
+# indexing, sorting and searching, losses, embeddings (the op families of training and inference code) ----------
+def _index_tensor(b, size, shape, neg=True, host=True):
+    """An int64 index tensor expression of this shape into a dim of `size` (duplicates and negative indices
+    included), on the device or (host=True) possibly on the host: a GPU accepts host indices for advanced
+    indexing."""
+    lo = -size if neg else 0
+    vals = torch.tensor([b.integers(lo, size - 1) for _ in range(math.prod(shape))]).reshape(shape).tolist()
+    where = b.choice([", device=dev", ""]) if host else ", device=dev"
+    return f"torch.tensor({vals!r}{where})"
+
+
+@op("adv_index", "indexing", ("index", "__getitem__", "__setitem__", "index_put_", "index_put", "take",
+                              "take_along_dim", "masked_select", "nonzero", "_index_put_impl_"))
+def _adv_index(b):
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 0 and _ordinary(t))
+    if x is None:
+        return None
+    t = b.t(x)
+    nd = t.dim()
+    d0 = t.shape[0]
+    n = b.name("t")
+    kind = b.choice(["get", "get2", "get_mid", "mask_dim", "take", "take_along", "put", "put_acc", "iadd",
+                     "mask_set", "put_tensor"])
+    if kind == "get":
+        i = _index_tensor(b, d0, b.shape(1, 2, 1, 4))
+        return Step("adv_index", f"{n} = {x}[{i}]", {n: "dev"})
+    if kind == "get2" and nd >= 2:
+        shp = b.shape(1, 2, 1, 3)
+        i, j = _index_tensor(b, d0, shp), _index_tensor(b, t.shape[1], b.broadcastable_to(shp))
+        return Step("adv_index", f"{n} = {x}[{i}, {j}]", {n: "dev"})
+    if kind == "get_mid" and nd >= 3:  # advanced indices split by a slice: their dims go first
+        i, j = _index_tensor(b, d0, (2,)), _index_tensor(b, t.shape[2], (2,))
+        return Step("adv_index", f"{n} = {x}[{i}, :, {j}]", {n: "dev"})
+    if kind == "mask_dim":
+        k = b.seed()
+        return Step("adv_index", f"{n} = {x}[torch.rand({d0}, generator=gen({k})).to(dev) > 0.5]", {n: "dev"},
+                    after=lambda: b.holey.add(n))
+    if kind == "take":
+        i = _index_tensor(b, t.numel(), b.shape(1, 2, 1, 4), host=False)
+        return Step("adv_index", f"{n} = torch.take({x}, {i})", {n: "dev"})
+    if kind == "take_along":
+        d = b.integers(0, nd - 1)
+        shp = tuple(b.integers(1, 3) if k == d else s for k, s in enumerate(t.shape))
+        i = f"torch.randint(0, {t.shape[d]}, {shp!r}, generator=gen({b.seed()})).to(dev)"
+        return Step("adv_index", f"{n} = torch.take_along_dim({x}, {i}, {d})", {n: "dev"})
+    m = b.integers(1, 4)
+    i = _index_tensor(b, d0, (m,))
+    sub = tuple(t.shape[1:])
+    if kind == "put":  # duplicate indices: one of the values lands (the CPU's is one a GPU may give)
+        v = b.fresh_dev(b.broadcastable_to((m,) + sub), t.dtype)
+        return Step("adv_index", f"{x}[{i}] = {v}")
+    if kind == "put_acc":
+        v = b.fresh_dev((m,) + sub, t.dtype)
+        return Step("adv_index", f"{x}.index_put_(({i},), {v}, accumulate={b.boolean()})")
+    if kind == "iadd":  # x[i] += v with a duplicate index adds once (a gather, an add, a scatter)
+        return Step("adv_index", f"{x}[{i}] += {b.scalar(t.dtype)}")
+    if kind == "mask_set":
+        k = b.seed()
+        v = b.fresh_dev(sub, t.dtype)
+        return Step("adv_index", f"{x}[torch.rand({d0}, generator=gen({k})).to(dev) > 0.5] = {v}")
+    v = b.fresh_dev(sub, t.dtype)
+    return Step("adv_index", f"{x}[{i}] = {v}")
+
+
+@op("sort_search", "sort", ("topk", "argsort", "sort", "kthvalue", "msort", "searchsorted", "bucketize",
+                            "unique", "unique_consecutive", "repeat_interleave", "isin", "bincount", "histc",
+                            "mode", "unique_dim"))
+def _sort_search(b):
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 0 and _ordinary(t))
+    if x is None:
+        return None
+    t = b.t(x)
+    nd = t.dim()
+    d = b.integers(-nd, nd - 1)
+    size = t.shape[d]
+    n = b.name("t")
+    k = b.integers(1, size)
+    forms = [f"torch.topk({x}, {k}, {d}, largest={b.boolean()}, sorted=True).values",
+             f"torch.topk({x}, {k}, {d}).indices", f"{x}.argsort({d}, stable=True, descending={b.boolean()})",
+             f"torch.sort({x}, {d}, descending=True, stable=True).indices", f"{x}.kthvalue({k}, {d}).values",
+             f"{x}.kthvalue({k}, {d}, keepdim=True).indices", f"torch.msort({x})",
+             f"torch.unique({x}, return_inverse=True)[1]", f"torch.unique({x}, dim={d})",
+             f"torch.unique_consecutive({x}, return_counts=True, dim={d})[1]",
+             f"torch.repeat_interleave({x}, 2, {d})"]
+    if t.dtype != torch.bool:
+        bnd = sorted(b.integers(-3, 3) for _ in range(b.integers(1, 4)))
+        bdt = _dt(t.dtype)
+        forms += [f"torch.bucketize({x}, torch.tensor({bnd!r}, device=dev, dtype={bdt}), right={b.boolean()})",
+                  f"torch.bucketize({x}, torch.tensor({bnd!r}, device=dev, dtype={bdt}), out_int32=True)",
+                  f"torch.searchsorted(torch.tensor({bnd!r}, device=dev, dtype={bdt}), {x}.reshape(-1), "
+                  f"side={b.choice(['left', 'right'])!r})",
+                  f"torch.searchsorted({x}.sort(-1).values, {x}, right={b.boolean()})",
+                  f"torch.isin({x}, torch.tensor({bnd!r}, device=dev, dtype={bdt}))"]
+    if t.dtype in (torch.int64, torch.int32, torch.uint8, torch.int8):
+        forms += [f"{x}.reshape(-1).clamp(0, 9).bincount(minlength={b.integers(0, 4)})",
+                  f"{x}.reshape(-1).clamp(0, 9).bincount(torch.linspace(0, 1, {t.numel()}, device=dev))",
+                  f"torch.repeat_interleave({x}.reshape(-1).clamp(0, 3))",
+                  f"torch.repeat_interleave({x}.reshape(-1), {x}.reshape(-1).clamp(0, 2))"]
+    if _float(t):
+        forms += [f"torch.histc({x}.float(), {b.integers(1, 6)}, -2, 2)", f"{x}.mode({d}).values"]
+    return Step("sort_search", f"{n} = " + b.choice(forms), {n: "dev"}, after=lambda: b.holey.add(n))
+
+
+_LOSSES = [
+    "F.cross_entropy({z}, {tgt}, reduction={red!r})",
+    "F.cross_entropy({z}, {tgt}, reduction={red!r}, ignore_index=1)",
+    "F.cross_entropy({z}, {tgt}, reduction={red!r}, label_smoothing=0.1)",
+    "F.cross_entropy({z}, {tgt}, weight=torch.linspace(0.5, 2, {c}, device=dev, dtype={zdt}), reduction={red!r})",
+    "F.cross_entropy({z}, {z}.detach().softmax(-1), reduction={red!r})",
+    "F.nll_loss({z}.log_softmax(-1), {tgt}, reduction={red!r}, ignore_index=0)",
+    "F.mse_loss({z}, {z2}, reduction={red!r})", "F.l1_loss({z}, {z2}, reduction={red!r})",
+    "F.smooth_l1_loss({z}, {z2}, reduction={red!r}, beta=0.5)", "F.huber_loss({z}, {z2}, reduction={red!r}, delta=0.3)",
+    "F.binary_cross_entropy({z}.sigmoid(), {z2}.sigmoid(), reduction={red!r})",
+    "F.binary_cross_entropy_with_logits({z}, ({z2} > 0).to({zdt}), reduction={red!r})",
+    "F.binary_cross_entropy_with_logits({z}, {z2}.sigmoid(), pos_weight=torch.full(({c},), 2.0, device=dev, "
+    "dtype={zdt}), reduction={red!r})",
+    "F.kl_div({z}.log_softmax(-1), {z2}.softmax(-1), reduction={red!r})",
+    "F.kl_div({z}.log_softmax(-1), {z2}.log_softmax(-1), reduction={red!r}, log_target=True)",
+    "F.soft_margin_loss({z}, {z2}.sign(), reduction={red!r})",
+    "F.cosine_embedding_loss({z}, {z2}, torch.ones({nn}, device=dev, dtype={zdt}), reduction={red!r})",
+]
+
+
+@op("loss", "loss", ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+                     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "soft_margin_loss",
+                     "cosine_embedding_loss", "log_softmax", "nll_loss_nd", "nll_loss2d", "backward",
+                     "cross_entropy_loss"))
+def _loss(b):
+    """torch.nn.functional losses with each reduction mode, and their gradients."""
+    nn_, c = b.integers(1, 4), b.integers(2, 5)
+    dt = b.choice([torch.float32, torch.float32, torch.bfloat16, torch.float64])
+    zdt = _dt(dt)
+    z = f"torch.randn({nn_}, {c}, generator=gen({b.seed()})).to(dev, {zdt})"
+    z2 = f"(torch.randn({nn_}, {c}, generator=gen({b.seed()})) * 2).to(dev, {zdt})"
+    tgt = f"torch.randint(0, {c}, ({nn_},), generator=gen({b.seed()})).to(dev)"
+    red = b.choice(["mean", "sum", "none"])
+    expr = b.choice(_LOSSES).format(z="z_", z2=z2, tgt=tgt, red=red, c=c, zdt=zdt, nn=nn_)
+    n = b.name("t")
+    lines = ["F = torch.nn.functional", f"z_ = {z}"]
+    new = {n: "dev"}
+    if b.boolean():
+        g = b.name("t")
+        # (a copy: autograd accumulates a gradient of several uses in place for a plain tensor, out of place for
+        # a tensor subclass, so their version counters differ: tests/test_differential.py
+        # test_known_gradient_accumulation_versions)
+        lines += ["z_.requires_grad_()", f"{n} = {expr}", f"{n}.float().sum().backward()", f"{g} = z_.grad.clone()",
+                  f"{n} = {n}.detach()"]
+        new[g] = "dev"
+    else:
+        lines.append(f"{n} = {expr}")
+    # (a reduced loss keeps the storage of its unreduced buffer, never written past the result: holey)
+    return Step("loss", "\n".join(lines), new, after=lambda: b.holey.update(new))
+
+
+@op("embedding", "indexing", ("embedding", "embedding_renorm_", "embedding_bag", "_embedding_bag",
+                              "embedding_dense_backward", "backward", "Embedding", "_embedding_bag_forward_only"))
+def _embedding(b):
+    """Embedding lookups: padding_idx (no gradient to that row), max_norm (rows looked up are renormalized in the
+    weight, in place), embedding_bag's modes."""
+    w = _dev(b, lambda t: t.dim() == 2 and t.numel() > 0 and _float(t) and t.dtype != torch.float16
+             and not t.requires_grad)
+    if w is None:
+        v, dim = b.integers(2, 6), b.integers(1, 4)
+        w = b.name("t")
+        pre = [f"{w} = (torch.randn({v}, {dim}, generator=gen({b.seed()})) * 2).to(dev)"]
+        new = {w: "dev"}
+    else:
+        v = b.t(w).shape[0]
+        pre, new = [], {}
+    idx = f"torch.tensor({[b.integers(0, v - 1) for _ in range(b.integers(1, 5))]!r}, device=dev)"
+    n = b.name("t")
+    kind = b.choice(["plain", "padding", "max_norm", "grad", "bag", "module"])
+    pad = b.integers(-v, v - 1)
+    if kind == "plain":
+        pre.append(f"{n} = torch.nn.functional.embedding({idx}, {w})")
+    elif kind == "padding":
+        pre.append(f"{n} = torch.nn.functional.embedding({idx}, {w}, padding_idx={pad})")
+    elif kind == "max_norm":
+        pre.append(f"{n} = torch.nn.functional.embedding({idx}, {w}, max_norm={b.choice(['0.5', '1.0', '3.0'])}, "
+                   f"norm_type={b.choice(['2.0', '1.0'])})")
+    elif kind == "grad":
+        g = b.name("t")
+        sgf = b.boolean()
+        pre += [f"w_ = {w}.detach().clone().requires_grad_()",
+                f"{n} = torch.nn.functional.embedding({idx}, w_, padding_idx={pad}, scale_grad_by_freq={sgf})",
+                f"{n}.square().sum().backward()", f"{g} = w_.grad.clone()", f"{n} = {n}.detach()"]
+        new[g] = "dev"
+    elif kind == "bag":
+        mode = b.choice(["sum", "mean", "max"])
+        offs = sorted({0} | {b.integers(0, 4) for _ in range(2)})
+        psw = ""
+        if mode == "sum" and b.boolean():
+            psw = f", per_sample_weights=torch.linspace(0.5, 1.5, {idx}.numel(), device=dev)"
+        pre.append(f"{n} = torch.nn.functional.embedding_bag({idx}, {w}, torch.tensor({offs!r}, device=dev), "
+                   f"mode={mode!r}{psw}, include_last_offset={b.boolean()})")
+    else:
+        m = b.name("t")
+        pre += [f"torch.manual_seed({b.seed()})",
+                f"e_ = torch.nn.Embedding({v}, 3, padding_idx={pad}, max_norm={b.choice(['None', '1.0'])}).to(dev)",
+                f"{n} = e_({idx})", f"{m} = e_.weight.detach()"]
+        new[m] = "dev"
+    new[n] = "dev"
+    return Step("embedding", "\n".join(pre), new)
+
+
+@op("int_division", "elementwise", ("div", "floor_divide", "remainder", "fmod", "true_divide", "div_",
+                                    "floor_divide_", "remainder_", "__floordiv__", "__mod__"))
+def _int_division(b):
+    """Division with each rounding mode, on integers (negative operands: trunc and floor differ) and floats."""
+    x = _dev(b, lambda t: t.dtype in (torch.int32, torch.int64, torch.int8, torch.uint8) or _float(t))
+    if x is None:
+        return None
+    t = b.t(x)
+    nz = b.choice(["3", "-2", "7", "-1"]) if t.dtype != torch.uint8 else b.choice(["3", "2"])
+    y = b.choice([nz, f"torch.tensor({nz}, device=dev)",
+                  f"({x}.abs() + 1).to({_dt(t.dtype)})" if t.dtype != torch.uint8 else f"({x} | 1)"])
+    n = b.name("t")
+    mode = b.choice(["'floor'", "'trunc'", "None"])
+    forms = [f"torch.div({x}, {y}, rounding_mode={mode})", f"torch.floor_divide({x}, {y})", f"{x} // {y}",
+             f"torch.remainder({x}, {y})", f"{x} % {y}", f"torch.fmod({x}, {y})", f"torch.true_divide({x}, {y})",
+             f"{x}.div({y}, rounding_mode={mode})"]
+    if b.integers(0, 3) == 0:
+        return Step("int_division", b.choice([f"{x}.div_({y}, rounding_mode={mode})", f"{x}.floor_divide_({y})",
+                                              f"{x}.remainder_({y})", f"{x}.fmod_({y})"]))
+    return Step("int_division", f"{n} = " + b.choice(forms), {n: "dev"})
+
+
+@op("lowp_reduce", "reduction", ("sum", "mean", "cumsum", "cumprod", "prod", "softmax", "log_softmax", "var_mean",
+                                 "norm", "logsumexp", "std_mean", "nansum", "linalg_vector_norm"))
+def _lowp_reduce(b):
+    """Reductions of half-precision tensors: accumulation in float32, the result in the input's dtype or the one
+    asked for."""
+    dt = b.choice([torch.bfloat16, torch.float16])
+    shape = (b.integers(1, 8), b.integers(16, 32))
+    src = b.choice([f"(torch.randn({shape!r}, generator=gen({b.seed()})) * 40)",
+                    f"torch.rand({shape!r}, generator=gen({b.seed()}))",
+                    f"torch.full({shape!r}, 0.1) + torch.rand({shape!r}, generator=gen({b.seed()})) * 1e-3"])
+    v = b.name("t")
+    n = b.name("t")
+    d = b.choice([0, 1, -1])
+    f = b.choice(["{v}.sum()", "{v}.sum({d})", "{v}.mean({d})", "{v}.cumsum({d})", "{v}.cumsum({d}, dtype=torch.float32)",
+                  "{v}.sum(dtype=torch.float32)", "{v}.float().sum({d}).to({dt})", "{v}.prod({d})",
+                  "{v}.softmax({d})", "{v}.softmax({d}, dtype=torch.float32)", "torch.log_softmax({v}, {d})",
+                  "torch.var_mean({v}, {d})[0]", "torch.std_mean({v}, {d}, correction=0)[1]", "{v}.norm()",
+                  "torch.logsumexp({v}, {d})", "{v}.nansum({d})", "torch.linalg.vector_norm({v}, 2, {d})",
+                  "{v}.mean(dtype=torch.float32)", "{v}.cumprod({d})", "({v} * {v}).sum({d}, keepdim=True)"])
+    return Step("lowp_reduce", f"{v} = {src}.to(dev, {_dt(dt)})\n{n} = " + f.format(v=v, d=d, dt=_dt(dt)),
+                {v: "dev", n: "dev"})
+
+
+# (one_hot takes another path on CUDA: eq of an arange, no host sync, the layout of the broadcast; on the CPU it
+# scatters into zeros, version 2: only its values are comparable)
+_MISC = ["torch.nn.functional.one_hot({i}.clamp(0, 4), 5).clone(memory_format=torch.contiguous_format)", "{x}.roll({k}, {d})", "{x}.roll(({k}, 1), ({d}, 0))",
+         "{x}.flip({d})", "torch.tril({m})", "torch.triu({m}, 1)", "{x}.repeat(2, *([1] * {x}.dim()))", "{x}.tile((2,))",
+         "torch.nn.functional.pad({x}, (1, 2), value={s})", "torch.nn.functional.gelu({f})",
+         "torch.nn.functional.gelu({f}, approximate='tanh')", "torch.nn.functional.silu({f})",
+         "torch.nn.functional.normalize({f}, dim={d})", "torch.clamp({x}, min={x}.flatten()[0], max={x}.flatten()[-1])",
+         "{x}.diff(dim={d})", "torch.outer({x}.flatten(), {x}.flatten()[:3])", "torch.nn.functional.dropout({f}, 0.3, "
+         "training=False)", "{f}.masked_fill(torch.ones_like({f}, dtype=torch.bool).triu(), float('-inf')).softmax(-1)",
+         "torch.nn.functional.layer_norm({f}, {f}.shape[-1:])", "torch.nn.functional.rms_norm({f}, {f}.shape[-1:])",
+         "torch.nn.functional.relu6({f})", "torch.nn.functional.leaky_relu({f}, 0.1)", "torch.cumsum({x}, {d}, dtype=torch.int64)", "torch.chunk({x}, 2, {d})[0]", "{x}.T if {x}.dim() == 2 else {x}.mT if {x}.dim() > 2 else {x}",
+         "torch.flatten({x}, 0).unsqueeze(-1).expand(-1, 3).contiguous()", "{x}.new_zeros(2).index_add(0, "
+         "torch.tensor([0, 0, 1], device=dev), torch.ones(3, device=dev, dtype={x}.dtype))"]
+
+
+@op("training_misc", "elementwise", ("one_hot", "roll", "flip", "tril", "triu", "repeat", "tile", "pad", "gelu",
+                                     "silu", "normalize", "clamp", "diff", "outer", "dropout", "softmax", "layer_norm",
+                                     "rms_norm", "relu6", "leaky_relu", "cumsum", "chunk", "index_add",
+                                     "constant_pad_nd", "masked_fill"))
+def _training_misc(b):
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 0 and _ordinary(t) and t.dtype != torch.bool)
+    if x is None:
+        return None
+    t = b.t(x)
+    nd = t.dim()
+    n = b.name("t")
+    f = f"{x}.float()" if not _float(t) else x
+    m = x if nd >= 2 else f"{x}.unsqueeze(0)"
+    expr = b.choice(_MISC).format(x=x, f=f, m=m, i=f"{x}.long()", k=b.integers(-3, 3), d=b.integers(-nd, nd - 1),
+                                  s=b.scalar(t.dtype))
+    return Step("training_misc", f"{n} = {expr}", {n: "dev"})
+
+
+# identity aliasing and error parity ----------------------------------------------------------------------------
+_SAME = ["{x}.to({x}.dtype)", "{x}.to(dev)", "{x}.to(dtype={x}.dtype, copy=False)", "{x}.type_as({x})",
+         "{x}.contiguous()", "{x}.to(memory_format=torch.preserve_format)", "cuda({x}, dev)", "{x}.to({x})",
+         "{x}.to(torch.device(dev))", "{x}.detach()", "{x}.requires_grad_(False)", "{x}.float()", "{x}.long()",
+         "{x}.to({x}.device, {x}.dtype)", "{x}.to({x}.dtype, copy=True)", "{x}.type({dt})", "{x}.view_as({x})", "{x}.reshape({x}.shape)", "{x}.expand_as({x})", "{x}.clone()",
+         "{x}.contiguous(memory_format=torch.contiguous_format)", "{x}.bfloat16()", "{x}.to(dev, non_blocking=True)",
+         "torch.as_tensor({x})", "torch.as_tensor({x}, dtype={x}.dtype)", "torch.as_tensor({x}, device=dev)",
+         "torch.asarray({x})", "{x}.squeeze() if {x}.dim() else {x}", "{x}.data"]
+
+
+@op("identity", "view", ("to", "type_as", "contiguous", "type", "as_tensor", "asarray", "detach", "view_as",
+                         "reshape", "expand_as", "clone", "float", "long", "bfloat16", "cuda", "data"))
+def _identity(b):
+    """Which conversions return the tensor itself (`t.to(t.dtype) is t`, `contiguous()` of a contiguous tensor,
+    `as_tensor` of a tensor) and which a new one."""
+    x = _dev(b)
+    if x is None:
+        return None
+    i = len(b.steps)
+    e = b.choice(_SAME).format(x=x, dt=_dt(b.t(x).dtype))
+    return Step("identity", f"r_ = {e}\nout.append(({i}, r_ is {x}, r_.data_ptr() == {x}.data_ptr(), "
+                            f"r_._version, r_.is_contiguous()))")
+
+
+_OVERLAP = ["{x}.expand({ex}).add_(1)", "{x}.expand({ex}).copy_(torch.zeros({ex}, device=dev, dtype={x}.dtype))",
+            "torch.add({x}, 1, out={x}.expand({ex}))", "{x}.expand({ex}).zero_()", "{x}.expand({ex}).mul_(2)",
+            "{x}.expand({ex})[0].add_(1)", "torch.neg({x}.flatten()[:2], out={x}.flatten()[1:3])",
+            "{x}.flatten()[1:].copy_({x}.flatten()[:-1])", "{x}.flatten()[:-1].copy_({x}.flatten()[1:])",
+            "{x}.as_strided((2, 2), (1, 1)).add_(1)", "{x}.as_strided((2, 2), (1, 1)).fill_(3)",
+            "{x}.flatten().unfold(0, 2, 1).mul_(2)", "{x}.copy_({x}.mT) if {x}.dim() >= 2 else {x}.copy_({x})",
+            "{x}.mT.view(-1)", "{x}.mT.reshape(-1).add_(0)", "{x}.transpose(0, -1).view(-1)", "{x}.expand({ex}).view(-1)", "{x}.mT.view({x}.dtype)",
+            "{x}.mT.view(torch.uint8)", "{x}[..., ::2].view(torch.int8)", "{x}.expand({ex}).reshape(-1).add_(1)",
+            "{x}.mT.flatten().add_(1)", "{x}.index_put_((torch.tensor([0, 0], device=dev),), {x}[0:1].clone())",
+            "{x}.masked_fill_(torch.ones(2, *{x}.shape, dtype=torch.bool, device=dev), 0)",
+            "{x}.add_(torch.ones(2, *{x}.shape, device=dev, dtype={x}.dtype))",
+            "torch.mul({x}, 2, out={x}.mT)", "{x}.mT.copy_({x})"]
+
+
+@op("overlap", "error", ("expand", "copy_", "add_", "as_strided", "unfold", "view", "reshape", "index_put_",
+                         "masked_fill_", "out", "mul_", "zero_", "fill_", "neg"))
+def _overlap(b):
+    """In-place writes through views whose elements share memory (expand, overlapping as_strided / unfold,
+    input and output overlapping), `view` where only `reshape` can (after a transpose), `view(dtype)` of
+    non-contiguous tensors: the same exception type (or none) as eager, at the call, and the same values after."""
+    x = _dev(b, lambda t: t.dim() > 0 and t.numel() > 1 and _ordinary(t) and t.dtype != torch.bool
+             and not t.requires_grad)
+    if x is None:
+        return None
+    t = b.t(x)
+    ex = (b.integers(2, 3),) + tuple(t.shape)
+    expr = b.choice(_OVERLAP).format(x=x, ex=ex)
+    i = len(b.steps)
+    return Step("overlap", f"try:\n    {expr}\n    out.append(({i}, 'no error'))\n"
+                           f"except (RuntimeError, IndexError, TypeError, ValueError) as e_:\n"
+                           f"    out.append(({i}, type(e_).__name__))\nout.append(({i}, snap({x})))")
+
+
+@op("copy_dtypes", "inplace", ("copy_", "non_blocking", "to", "type_as", "_to_copy"))
+def _copy_dtypes(b):
+    """copy_ between dtypes (float8 and bool included), broadcasting, non_blocking, device to device."""
+    x = _dev(b, lambda t: t.numel() > 0)
+    if x is None:
+        return None
+    t = b.t(x)
+    y = b.pick("dev", lambda u: _broadcasts_to(u.shape, t.shape))
+    if y is None:
+        y = f"({b.fresh_dev(b.broadcastable_to(tuple(t.shape)), b.dtype())})"
+    nb = b.choice(["", ", non_blocking=True", ", non_blocking=False"])
+    form = b.choice([f"{x}.copy_({y}{nb})", f"{x}.copy_({y}.to({_dt(b.dtype())}){nb})",
+                     f"{x}.copy_({y}.type_as({x}){nb})", f"{x}[...] = {y}"])
+    return Step("copy_dtypes", form)
+
+
 # layouts, casts, joins -----------------------------------------------------------------------------------------
 @op("layout", "layout", ("contiguous", "clone", "to", "channels_last", "memory_format"))
 def _layout(b):

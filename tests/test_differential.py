@@ -406,15 +406,15 @@ def test_a_dtype_the_kernel_does_not_implement_is_refused_at_the_call():
     assert "not implemented for 'Float8_e4m3fn'" in both(prog)[0]
 
 
-@pytest.mark.xfail(strict=True, reason="known: errors that only a kernel raises surface when it runs, not at the call")
-@pytest.mark.parametrize("case", ["inplace_shapes", "mm_dtypes"])
+@pytest.mark.parametrize("case", ["inplace_shapes", pytest.param("mm_dtypes", marks=pytest.mark.xfail(
+    strict=True, reason="known: errors that only a kernel raises surface when it runs, not at the call"))])
 def test_known_deferred_errors(case):
     # On a GPU, an op's argument checks run on the host when it is called, so a program's try/except around the
     # call catches them. simdist checks shapes at the call from meta kernels (functional and view ops, out=
-    # arguments, and dtype refusals of small ops through simdist/faces/probe.py), but an in-place op's arguments
-    # are checked only by its CPU kernel, and a mixed-dtype mm only by its kernel (torch's meta kernel accepts
-    # it): the error surfaces at the next synchronization, naming the op and where it was launched, past the
-    # program's try/except. Not a silent value; a fix would check every in-place op's arguments at the call.
+    # arguments, and dtype refusals of small ops through simdist/faces/probe.py) and an in-place op's arguments by
+    # running it at the call on zeroed host storages (probe.py check_inplace, d2), but a mixed-dtype mm only by its
+    # kernel (torch's meta kernel accepts it): the error surfaces at the next synchronization, naming the op and
+    # where it was launched, past the program's try/except. Not a silent value.
     def prog(dev):
         a = torch.zeros(3, device=dev)
         try:
@@ -497,5 +497,136 @@ def test_known_view_replay():
         b.mul_(2)
         b.transpose_(0, 1)
         return [v.is_leaf, v.grad_fn is not None, snap(v)]
+
+    both(prog)
+
+
+# --- regressions of the broadened tier (d-series, notes_engine_bugs.md) ------------------------------------------
+def test_as_strided_past_the_end_of_the_storage_is_refused():
+    # ATen as_strided / setStrided (c10 checkInBoundsForStorage): a view needing more bytes than its storage holds
+    # raises "setStorage: ... out of bounds for storage of size N", with or without an explicit storage offset
+    # (measured on an H200: zeros(2, device="cuda").as_strided((3,), (1,)) raises). simdist checked only an
+    # explicit offset: without one, the view read past the allocation into the caching allocator's block (fresh
+    # poison or another tensor's bytes: a silent wrong value). d1.
+    def prog(dev):
+        a = torch.zeros(2, device=dev)
+        out = []
+        for f in (lambda: a.as_strided((3,), (1,)), lambda: torch.as_strided(a, (2,), (2,)),
+                  lambda: a[1:].as_strided((2,), (1,)), lambda: a.as_strided((1,), (1,), 2),
+                  lambda: a.as_strided_((4,), (1,)), lambda: a[1:].as_strided((1,), (1,))):
+            try:
+                out.append(snap(f()))
+            except RuntimeError as e:
+                out.append(str(e).split(" requiring")[0])
+        return out + [tuple(a.shape)]
+
+    out = both(prog)
+    assert all(isinstance(o, str) for o in out[:5]) and out[5].tolist() == [0.0]
+
+
+def test_an_in_place_write_through_overlapping_memory_is_refused_at_the_call():
+    # ATen MemoryOverlap.cpp and TensorIterator's compute_mem_overlaps, on the host before any kernel: a written
+    # tensor whose elements share memory (an expand) raises "unsupported operation: more than one element of the
+    # written-to tensor refers to a single memory location"; an input that partly overlaps the output raises "some
+    # elements of the input tensor and the written-to tensor refer to a single memory location" (copy_, out=, and
+    # out= before it is resized: TensorIterator checks first). fill_ / zero_ do not check (set_check_mem_overlap
+    # false). Measured on an H200 (.gpudiff facts, torch 2.11): each raises, or not, as eager CPU does. simdist's
+    # CPU kernel raised only when it ran, at a later synchronization past the program's try/except; meta kernels
+    # never check overlap. Now the real op runs at the call on zeroed host storages aliased as the device's. d2.
+    def prog(dev):
+        out = []
+        x = torch.arange(4., device=dev)
+        for f in (lambda: x[:2].expand(2, 2).add_(1), lambda: x[1:].copy_(x[:-1]),
+                  lambda: torch.neg(x[:2], out=x[1:3]), lambda: torch.add(torch.ones(2, 2, device=dev), 1,
+                                                                         out=x[:2].expand(2, 2)),
+                  lambda: torch.mul(x.view(4, 1, 1), 2, out=x.view(4, 1, 1).mT),
+                  lambda: x.view(2, 2).mT.copy_(x.view(2, 2)), lambda: x[:2].expand(2, 2).fill_(7),
+                  lambda: x.add_(torch.ones(5, device=dev)), lambda: x.long().add_(1.5)):
+            try:
+                f()
+                out.append("no error")
+            except RuntimeError as e:
+                out.append(str(e)[:60])
+            out.append(snap(x))
+        return out
+
+    out = both(prog)
+    assert out[0].startswith("unsupported operation: more than one") and out[12] == "no error"
+
+
+def test_softmax_of_float16_in_float32_is_one_cuda_kernel():
+    # aten/src/ATen/native/SoftMax.cpp: softmax / log_softmax(x, dim, dtype=torch.float32) of a float16 CUDA tensor
+    # is _softmax(x, dim, half_to_float=True), a kernel contract only CUDA implements ("softmax with half to float
+    # conversion is not supported on CPU"); its backward _softmax_backward_data(..., input_dtype=Half) returns
+    # float16. simdist raised the CPU's refusal at the next synchronization (found by the tier, lowp_reduce). d3.
+    def prog(dev):
+        x = torch.randn(3, 5, generator=torch.Generator().manual_seed(0)).to(dev, torch.float16).requires_grad_()
+        y = x.softmax(-1, dtype=torch.float32)
+        z = torch.log_softmax(x, 0, dtype=torch.float32)
+        (y.square().sum() + z.sum()).backward()
+        return [y.dtype, snap(y), snap(z), x.grad.dtype, snap(x.grad)]
+
+    out = both(prog)
+    assert out[0] == torch.float32 and out[3] == torch.float16
+
+
+def test_an_op_whose_meta_kernel_cannot_size_its_output_reads_the_data_after_its_producers():
+    # repeat_interleave of a tensor of repeats has a data-dependent size (its meta kernel refuses: "cannot
+    # repeat_interleave a meta tensor without output_size"); on a GPU it synchronizes the host and sizes the output
+    # from the repeats (aten/src/ATen/native/Repeat.cpp). simdist then ran the op at the call on the device bytes
+    # as they were, before the queued kernels producing them had run (poison read as negative repeats: "repeats
+    # can not be negative"). Argument errors are still raised at the call (the op refuses zeros of the arguments'
+    # layouts too). d4.
+    def prog(dev):
+        x = torch.arange(4, device=dev)
+        r = (x % 3).clamp(0, 2)  # queued: not yet written when repeat_interleave is called
+        out = [snap(torch.repeat_interleave(x, r)), snap(torch.repeat_interleave(r))]
+        try:
+            torch.repeat_interleave(x, torch.ones(3, dtype=torch.long, device=dev))
+        except RuntimeError as e:
+            out.append(type(e).__name__)
+        return out
+
+    assert both(prog)[2] == "RuntimeError"
+
+
+def test_a_result_keeps_the_storage_its_kernel_allocated():
+    # soft_margin_loss with a reduction computes the unreduced loss into its output and resize_s it to the 0-d
+    # result (ATen Loss.cpp soft_margin_loss_out), so the result's storage keeps the input's size (eager CPU and
+    # an H200 alike: untyped_storage().nbytes() == 12 for a (1, 3) input). simdist sized every output from its
+    # extent (4 bytes). The probe of small signatures now keeps the kernel's storage size. d5.
+    def prog(dev):
+        z = torch.randn(1, 3, generator=torch.Generator().manual_seed(0)).to(dev)
+        r = torch.nn.functional.soft_margin_loss(z, z.sign(), reduction="mean")
+        return [r.untyped_storage().nbytes(), snap(r), r.storage_offset()]
+
+    assert both(prog)[0] == 12
+
+
+def test_as_tensor_of_a_device_tensor_on_its_device_is_the_tensor_itself():
+    # docs of torch.as_tensor: "If data is a tensor with the requested dtype and device then data itself is
+    # returned"; python_tensor tensor_new.cpp internal_new_from_data: data.to(device, dtype) (measured on an
+    # H200: torch.as_tensor(t, device="cuda") is t). simdist made a copy through the host (a device-to-host copy,
+    # a host synchronization and a host-to-device copy); torch.tensor(t, device=...) is a detached device copy. d6.
+    def prog(dev):
+        t = torch.arange(3., device=dev)
+        c = torch.tensor(t, device=dev)
+        h = torch.as_tensor(t, device=dev, dtype=torch.float16)
+        return [torch.as_tensor(t, device=dev) is t, torch.as_tensor(t) is t, c is t, c.data_ptr() == t.data_ptr(),
+                h.dtype, snap(h), snap(c)]
+
+    assert both(prog)[:4] == [True, True, False, False]
+
+
+@pytest.mark.xfail(strict=True, reason="known: autograd accumulates a gradient in place only for plain tensors")
+def test_known_gradient_accumulation_versions():
+    # torch/csrc/autograd/input_buffer.cpp can_accumulate_inplace: a gradient with several contributions is summed
+    # in place into the first (`old_var.add_(var)`) only when it is not a tensor subclass; a simulated tensor is one,
+    # so the sum is a new tensor. Values agree; the gradient's version counter does not (measured on an H200:
+    # ((z * 2) + (z * 3)).sum().backward() leaves z.grad._version == 1; simdist 0). Not fixable from Python.
+    def prog(dev):
+        z = torch.ones(3, device=dev).requires_grad_()
+        ((z * 2) + (z * 3)).sum().backward()
+        return [z.grad._version, snap(z.grad)]
 
     both(prog)

@@ -20,7 +20,7 @@ from ..engine.launch import launch, launch_kernel
 from . import guard_events, rng, sync_debug
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import SPEC_FIXES, rule_for
-from .probe import probe_specs
+from .probe import check_inplace, probe_specs, refuse_on_zeros
 from .storage import check_usable
 from .tensor import HostProxy, SimTensor, set_router, view_bytes
 
@@ -206,23 +206,27 @@ def _extent_bytes(shape, stride, dtype):
     return ext * dtype.itemsize
 
 
-def allocate(dev, stream, shape, stride, dtype):
-    return _allocate_layout(dev, stream, _Layout((shape, stride, dtype)))
+def allocate(dev, stream, shape, stride, dtype, storage_nbytes=None):
+    """A fresh simulated tensor; its storage spans its extent, or `storage_nbytes` where a kernel allocates more
+    than the result views (probe.py: a loss's reduced output keeps the storage of its unreduced buffer)."""
+    spec = (shape, stride, dtype) if storage_nbytes is None else (shape, stride, dtype, storage_nbytes)
+    return _allocate_layout(dev, stream, _Layout(spec))
 
 
 class _Layout:
     """An output layout known from the spec cache, with what allocate derives from it computed once."""
 
-    __slots__ = ("spec", "shape", "stride", "dtype", "nbytes", "dense")
+    __slots__ = ("spec", "shape", "stride", "dtype", "nbytes", "extent", "dense")
 
     def __init__(self, spec):
         self.spec = spec
-        self.shape, self.stride, self.dtype = spec
-        self.nbytes = _extent_bytes(*spec)
+        self.shape, self.stride, self.dtype = spec[0], spec[1], spec[2]
+        self.extent = _extent_bytes(self.shape, self.stride, self.dtype)
+        self.nbytes = spec[3] if len(spec) > 3 else self.extent  # the storage's size
         n = self.dtype.itemsize
         for d in self.shape:
             n *= d
-        self.dense = n == self.nbytes  # no byte of the extent is skipped
+        self.dense = n == self.extent  # no byte of the extent is skipped
 
 
 def _allocate_layout(dev, stream, lay):
@@ -238,9 +242,9 @@ def _allocate_layout(dev, stream, lay):
         inner = block.view = view_bytes(alloc, lay.shape, lay.stride, lay.dtype)
         block.view_key = lay
     t = SimTensor(inner, dev, alloc, False, lay.shape, lay.stride, 0, lay.spec)
-    if nbytes:
+    if lay.extent:
         lo = block.offset
-        t._span = (lo, lo + nbytes, lay.dense)
+        t._span = (lo, lo + lay.extent, lay.dense)
     return t
 
 
@@ -454,6 +458,7 @@ def _inplace(me, func, info, args, kwargs):
     for w in writes:
         if type(w) is not SimTensor:
             raise _device_error(dev.torch_device, w.device)
+    check_inplace(func, args, kwargs, info.random)  # the host's checks, at the call (probe.py)
     _with_generator(info, unwrapped, dev)
     seed = _random_seed(info, dev)
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
@@ -502,10 +507,14 @@ def _functional(me, func, info, args, kwargs):
         specs, is_seq = _out_specs(func, args, kwargs, unwrapped.key)
     except NotImplementedError:  # data-dependent output size or no meta kernel: compute it synchronously
         return _sync_compute(me, func, info, unwrapped)
-    except Exception:  # noqa: BLE001
-        # a shape/dtype error in the program raises here, at the call, as torch would; if the real op
-        # accepts the arguments the meta kernel was the problem, and the op runs synchronously
-        func(*unwrapped.args, **unwrapped.kwargs)
+    except Exception as e:  # noqa: BLE001
+        # a shape/dtype error in the program raises here, at the call, as torch would: the real op refuses
+        # zeros of the arguments' layouts too. If it accepts them the meta kernel was the problem (an output
+        # size that depends on the data: repeat_interleave of a tensor of repeats), and the op runs
+        # synchronously on the real data once its producers have run. (Not on the data as it is now: queued
+        # kernels have not written it yet; poison read as repeats was refused as negative.)
+        if not info.random:
+            refuse_on_zeros(func, args, kwargs, type(e))
         return _sync_compute(me, func, info, unwrapped)
     stream = me.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
@@ -601,9 +610,9 @@ def _fast_functional(me, info, args):
     out._dev = dev
     out._alloc = alloc
     out._spec = lay.spec
-    if lnb:
+    if lay.extent:
         lo = block.offset
-        out._span = (lo, lo + lnb, lay.dense)
+        out._span = (lo, lo + lay.extent, lay.dense)
     else:
         out._span = None
     ref = _ref(out)

@@ -165,6 +165,17 @@ def _factory_from_data(orig):
             if isinstance(device, int):
                 device = torch.device("cuda", device)
             requires_grad = kwargs.pop("requires_grad", False)
+            if isinstance(data, torch.Tensor) and not args and set(kwargs) <= {"dtype"}:
+                # a tensor's data: `data.to(device, dtype)` (python_tensor tensor_new.cpp internal_new_from_data),
+                # which for as_tensor returns data itself when it is there already (docs of torch.as_tensor), and
+                # for torch.tensor copies, detached; a device-to-device copy, not a round trip through the host
+                if orig is _orig_as_tensor:
+                    out = data.to(device or "cuda", kwargs.get("dtype"))
+                else:
+                    out = data.detach().to(device or "cuda", kwargs.get("dtype"), copy=True)
+                    if requires_grad:
+                        out.requires_grad_(True)
+                return out
             cpu = orig(data, *args, device="cpu", **kwargs)
             out = tensor_to(cpu, device or "cuda")
             if requires_grad:

@@ -23,6 +23,7 @@ from ..dispatch import (_factory_device, _host_read, _nbytes, _sim_of, _to_meta,
 from ..op_info import op_info
 from .. import sync_debug
 from ..op_rules import register
+from ..probe import check_inplace
 from ..tensor import HostProxy, SimTensor
 
 aten = torch.ops.aten
@@ -161,11 +162,13 @@ def _copy_(me, func, args, kwargs):
         for t in (d, s):
             if t._dev.rank != me.rank:
                 raise SimulationError(f"rank {me.rank} used a tensor that lives on rank {t._dev.rank}")
+        check_inplace(func, (d, s), {}, False)  # overlap of the two, as the host checks it at the call
         di, si = d._inner, s._inner
         _device_copy(me, s, d, lambda: di.copy_(si), "copy_")
         return dst
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)
+        check_inplace(func, (d, src), {}, False)
         di = d._inner
         hr = me.host_memory
         if isinstance(src, torch.Tensor) and hr.is_pinned(src):

@@ -55,17 +55,22 @@ def _segment_offsets(func, args, kwargs):
         return args, kwargs
     in_args = len(args) > i
     off = args[i] if in_args else kwargs.get("storage_offset")
-    if off is None:
-        return args, kwargs
     x = _sim_of(args[0])
     size = args[i - 2] if len(args) > i - 2 else kwargs["size"]
     stride = args[i - 1] if len(args) > i - 1 else kwargs["stride"]
+    # (no offset given: the tensor's own, which the CPU view underneath already counts from the segment's start;
+    # the bounds are checked all the same: the segment goes on past the storage's end, into other allocations)
+    own = off is None
+    if own:
+        off = x.storage_offset()
     extent = 0 if any(d == 0 for d in size) else 1 + sum((d - 1) * st for d, st in zip(size, stride))
     isz = x.element_size()
     if (off + extent) * isz > x._alloc.nbytes:
         raise RuntimeError(f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {off}, and "
                            f"itemsize {isz} requiring a storage size of {(off + extent) * isz} are out of bounds "
                            f"for storage of size {x._alloc.nbytes}")
+    if own:
+        return args, kwargs
     moved = off + (x._inner.storage_offset() - x.storage_offset())
     if in_args:
         return (*args[:i], moved, *args[i + 1:]), kwargs

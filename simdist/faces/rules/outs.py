@@ -21,6 +21,7 @@ import torch
 from ..dispatch import _inplace, _sim_of, _to_meta, _unwrap
 from ..op_info import op_info
 from ..op_rules import set_out_rule
+from ..probe import check_inplace
 from ..tensor import SimTensor
 from .metadata import _restride
 
@@ -30,6 +31,8 @@ _FITS: set = set()  # signatures (op, argument specs) whose outs already have th
 
 def _out_rule(me, func, args, kwargs):
     info = op_info(func)
+    # memory overlap of the outs as they are, before any resize (TensorIterator's build checks it first)
+    check_inplace(func, args, kwargs, info.random)
     key = _unwrap(me, args, kwargs, True).key
     try:
         key = (func, tuple(key))
