@@ -801,3 +801,30 @@ def test_equal_of_the_same_view_or_of_different_sizes_launches_nothing():
     res = simdist.run(fn)
     assert not res.hazards, res.report()
     assert res.returns == [((True, False, True), True, False)]
+
+
+def test_conjugate_and_negative_views_are_resolved_before_ops_that_do_not_handle_them():
+    """x.conj() is a lazy view with the conjugate bit set (https://pytorch.org/docs/stable/generated/torch.conj.html),
+    and torch._neg_view one with the negative bit; an op that does not handle the bit gets the resolved tensor from
+    the Conjugate / Negative fallbacks (aten/src/ATen/ConjugateFallback.cpp, NegateFallback.cpp). Inside a
+    __torch_dispatch__ handler those dispatch keys are excluded, so simdist's CPU kernels read the raw bytes:
+    `a * b.conj()` gave a * b, and the backward of a complex multiply (grad * other.conj()), Llama's rotary
+    embedding's, was wrong. Eager CPU torch is the reference."""
+    def prog(dev):
+        g = torch.Generator().manual_seed(0)
+        a = torch.randn(6, dtype=torch.complex64, generator=g).to(dev)
+        b = torch.randn(6, dtype=torch.complex64, generator=g).to(dev)
+        x = torch.randn(6, 2, generator=g).to(dev).requires_grad_()
+        y = torch.view_as_real(torch.view_as_complex(x) * b)
+        y.square().sum().backward()
+        c = b.conj()
+        return [t.cpu() for t in (a * c, a + c, c[1:4] * 2, torch._neg_view(a) * 1, c.imag * 1, x.grad,
+                                  (a.conj() @ b.unsqueeze(1)).resolve_conj())] + [c.is_conj()]
+
+    res = simdist.run(lambda: prog("cuda"))
+    assert not res.hazards, res.report()
+    want = prog("cpu")
+    got = res.returns[0]
+    assert got[-1] is True
+    for w, h in zip(want[:-1], got[:-1]):
+        assert torch.allclose(w, h, atol=1e-6), (w, h)

@@ -412,8 +412,21 @@ def _view(me, func, info, args, kwargs):
     src = unwrapped.sims[0]
     dev, alloc = src._dev, src._alloc
     if isinstance(res, torch.Tensor):
-        return SimTensor(res, dev, alloc)
-    return type(res)(SimTensor(r, dev, alloc) for r in res)
+        return _lazy_bits(SimTensor(res, dev, alloc), res)
+    return type(res)(_lazy_bits(SimTensor(r, dev, alloc), r) for r in res)
+
+
+def _lazy_bits(t, inner):
+    """A view keeps its CPU view's conjugate and negative bits (conj(), _neg_view(), views of those) on the
+    simulated tensor too, so that torch's Conjugate / Negative fallbacks resolve them before an op that does not
+    handle them reaches simdist, as they do before a CUDA kernel (aten/src/ATen/ConjugateFallback.cpp). Inside a
+    __torch_dispatch__ handler those keys are excluded: a CPU kernel then reads the bytes as they are, and
+    `a * b.conj()` multiplied by b itself."""
+    if inner.is_conj():
+        torch._C._set_conj(t, True)
+    if inner.is_neg():
+        torch._C._set_neg(t, True)
+    return t
 
 
 def _with_generator(info, unwrapped, dev):
