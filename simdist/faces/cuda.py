@@ -760,6 +760,18 @@ _MEMORY_REFUSED = {
 }
 
 
+_orig_cudnn_is_acceptable = torch.backends.cudnn.is_acceptable
+
+
+def _cudnn_is_acceptable(tensor):
+    """simdist models no cuDNN: a simulated tensor is never cuDNN's (recurrent layers then take ATen's fused cells,
+    simdist/faces/rules/rnn_cells.py, as a GPU does with cuDNN disabled), without the CPU build's warning that
+    torch lacks cuDNN at every nn.LSTM/GRU call (torch/backends/cudnn/__init__.py is_acceptable)."""
+    if current_rank() is not None and getattr(tensor, "is_cuda", False):
+        return False
+    return _orig_cudnn_is_acceptable(tensor)
+
+
 def cuda_patches():
     """(owner, attribute, replacement) for everything torch.cuda exposes that simdist fakes."""
     c = torch.cuda
@@ -788,6 +800,7 @@ def cuda_patches():
             items[name] = _refused(what)
     out = [(c, k, v) for k, v in items.items()]
     out += _submodule_aliases(items)
+    out.append((torch.backends.cudnn, "is_acceptable", _cudnn_is_acceptable))
     # CUDA has been initialized in a simulated rank: torch.utils.checkpoint saves and restores the device RNG
     # states only when `torch.cuda._initialized` (checkpoint.py: had_device_in_fwd), else its recomputation
     # draws new dropout masks

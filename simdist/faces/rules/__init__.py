@@ -1,2 +1,3 @@
 """The op rules (registered in simdist/faces/op_rules.py when these modules are imported)."""
-from . import attention, copies, factories, functional_collectives, intdiv, meta_fixes, metadata, norms, outs, softmax, sync_batchnorm  # noqa: F401
+from . import attention, copies, factories, functional_collectives, intdiv, meta_fixes, metadata, norms, outs, rnn_cells, softmax, \
+    sync_batchnorm  # noqa: F401
