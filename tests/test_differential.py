@@ -630,3 +630,75 @@ def test_known_gradient_accumulation_versions():
         return [z.grad._version, snap(z.grad)]
 
     both(prog)
+
+
+def test_integer_division_by_zero_gives_the_gpus_values():
+    # A CUDA kernel divides integers with C++'s `/` and `%` and raises nothing (BinaryDivTruncKernel.cu,
+    # BinaryDivFloorKernel.cu with c10's div_floor_integer, BinaryRemainderKernel.cu); the CPU kernels raise
+    # "ZeroDivisionError", so `torch.where(d != 0, n // d, 0)`, valid on a GPU, failed under simdist. Measured on an
+    # H200 (torch 2.11, CUDA 13) for int64 / int32 / int16 / int8 / uint8, trunc and floor division, floor_divide,
+    # remainder and fmod, tensor and scalar divisors, in place or not: a / 0 and a % 0 have every bit set (-1, 255
+    # for uint8), except int64 dividends in [0, 2**32), which give 0xFFFFFFFF; floor division subtracts one for a
+    # negative dividend. (Eager CPU refuses, so the values are the GPU's, written here.) d7.
+    def prog():
+        x = torch.tensor([-7, -3, 0, 5, 2**40, -2**40], device="cuda")
+        z = torch.zeros_like(x)
+        s = torch.tensor([-7, 0, 5], device="cuda", dtype=torch.int32)
+        u = torch.tensor([0, 5, 255], device="cuda", dtype=torch.uint8)
+        d = torch.tensor([2, 0, 3, 0, 1, 0], device="cuda")
+        y = x.clone()
+        y.floor_divide_(d)
+        return [torch.div(x, z, rounding_mode="floor").tolist(), torch.div(x, 0, rounding_mode="trunc").tolist(),
+                (x % z).tolist(), torch.fmod(x, 0).tolist(), (s // 0).tolist(), torch.remainder(s, 0).tolist(),
+                (u // 0).tolist(), y.tolist(), torch.where(d != 0, x // d, 0).tolist(), (x // 2).tolist()]
+
+    M = 0xFFFFFFFF
+    assert simdist.run(prog).returns[0] == [
+        [-2, -2, M, M, -1, -2], [-1, -1, M, M, -1, -1], [-1, -1, M, M, -1, -1], [-1, -1, M, M, -1, -1],
+        [-2, -1, -1], [-1, -1, -1], [255, 255, 255], [-4, -2, 0, M, 2**40, -2], [-4, 0, 0, 0, 2**40, 0],
+        [-4, -2, 0, 2, 2**39, -2**39]]
+
+
+def test_integer_products_are_refused_as_cuda_refuses_them():
+    # CUDA's matrix products are cuBLAS's, for floating and complex types only (aten/src/ATen/native/cuda/Blas.cpp):
+    # an integer or bool mm / matmul / bmm / mv / dot raises NotImplementedError at the call, '"addmm_cuda" not
+    # implemented for 'Long'' (measured on an H200 for int64 / int32 / int8 / uint8 / bool: mm, addmm, addbmm,
+    # linear, tensordot "addmm_cuda"; bmm, baddbmm, 3-d matmul, einsum "baddbmm_cuda"; mv, addmv "addmv_impl_cuda";
+    # dot, vdot "dot"; torch.outer works). simdist ran the CPU kernels, which compute them. d8.
+    def prog():
+        a = torch.ones(2, 2, dtype=torch.int64, device="cuda")
+        out = []
+        for f in (lambda: a @ a, lambda: torch.bmm(a[None], a[None]), lambda: a @ a[0], lambda: torch.dot(a[0], a[0]),
+                  lambda: torch.einsum("ij,jk->ik", a.int(), a.int()), lambda: a.bool() @ a.bool(),
+                  lambda: torch.outer(a[0], a[0])):
+            try:
+                out.append(f().tolist())
+            except NotImplementedError as e:
+                out.append(str(e))
+        out.append((a.float() @ a.float()).tolist())
+        return out
+
+    assert simdist.run(prog).returns[0] == [
+        "\"addmm_cuda\" not implemented for 'Long'", "\"baddbmm_cuda\" not implemented for 'Long'",
+        "\"addmv_impl_cuda\" not implemented for 'Long'", "\"dot\" not implemented for 'Long'",
+        "\"baddbmm_cuda\" not implemented for 'Int'", "\"addmm_cuda\" not implemented for 'Bool'", [[1, 1], [1, 1]],
+        [[2.0, 2.0], [2.0, 2.0]]]
+
+
+def test_a_data_dependent_result_is_written_where_it_was_placed():
+    # A data-dependent op's result (unique, nonzero, masked_select) is written by a kernel launched after the host
+    # learned its size; that kernel wrote through the tensor's CPU view as it was when the kernel ran, so a storage
+    # resize or set_ queued in between redirected the write (unique's inverse read back as -1, or a crash copying
+    # two elements into a tensor set_() to be empty). Every kernel writes the view it was launched with. d9.
+    def prog(dev):
+        t1 = torch.arange(3., device=dev)
+        inv = torch.unique(t1 % 2, return_inverse=True)[1]
+        inv.storage().resize_(8)
+        tail = torch.empty(0, device=dev, dtype=torch.int64).set_(inv.storage(), 3, (5,))
+        tail.fill_(7)
+        m = t1[t1 > 0]
+        keep = m.view(-1)
+        m.set_()
+        return [snap(inv), snap(keep), tuple(m.shape)]
+
+    assert both(prog)[0].tolist() == [0, 1, 0]

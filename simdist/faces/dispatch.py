@@ -453,7 +453,9 @@ def _run_random(seed, call):
     return call()
 
 
-def _inplace(me, func, info, args, kwargs):
+def _inplace(me, func, info, args, kwargs, kernel=None):
+    """An in-place op: its kernel (`kernel`, when a rule computes it otherwise than the CPU op) writes its
+    mutable arguments at the op's end."""
     unwrapped = _unwrap(me, args, kwargs, False)
     _usable(unwrapped.sims)
     dev = unwrapped.dev
@@ -477,8 +479,10 @@ def _inplace(me, func, info, args, kwargs):
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
     stream = me.current_stream(dev.index)
 
+    run = func if kernel is None else kernel
+
     def fn():
-        _run_random(seed, lambda: func(*call_args, **call_kwargs))
+        _run_random(seed, lambda: run(*call_args, **call_kwargs))
 
     nbytes = _nbytes(unwrapped.sims)
     reads = unwrapped.sims
@@ -507,7 +511,9 @@ def _sim_of(a):
     return a._sim if type(a) is HostProxy else a
 
 
-def _functional(me, func, info, args, kwargs):
+def _functional(me, func, info, args, kwargs, kernel=None):
+    """A functional op: outputs placed from its spec, computed at the op's end by the CPU op (or by `kernel`,
+    when a rule computes it otherwise)."""
     unwrapped = _unwrap(me, args, kwargs, True)
     _usable(unwrapped.sims)
     dev = unwrapped.dev
@@ -518,7 +524,9 @@ def _functional(me, func, info, args, kwargs):
             unwrapped.kwargs["device"] = torch.device("cpu")
     try:
         specs, is_seq = _out_specs(func, args, kwargs, unwrapped.key)
-    except NotImplementedError:  # data-dependent output size or no meta kernel: compute it synchronously
+    except NotImplementedError as e:  # data-dependent output size or no meta kernel: compute it synchronously
+        if "not implemented for '" in str(e):
+            raise  # a dtype the kernel (or CUDA's: rules/meta_fixes.py) does not implement: refused at the call
         return _sync_compute(me, func, info, unwrapped)
     except Exception as e:  # noqa: BLE001
         # a shape/dtype error in the program raises here, at the call, as torch would: the real op refuses
@@ -531,14 +539,15 @@ def _functional(me, func, info, args, kwargs):
         return _sync_compute(me, func, info, unwrapped)
     stream = me.current_stream(dev.index)
     outs = [allocate(dev, stream, *s) if s is not None else None for s in specs]
-    if (not kwargs and not is_seq and info.out_variant is not None and not info.random and specs[0] is not None
-            and not unwrapped.cpu_tensors and unwrapped.key is not None):
+    if (kernel is None and not kwargs and not is_seq and info.out_variant is not None and not info.random
+            and specs[0] is not None and not unwrapped.cpu_tensors and unwrapped.key is not None):
         _FAST_SPECS[(id(func), *unwrapped.key)] = _Layout(specs[0])  # later calls with it take _fast_functional
     if info.has_generator:
         _with_generator(info, unwrapped, dev)
     seed = _random_seed(info, dev) if info.random else None
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs
-    ov = info.out_variant
+    ov = info.out_variant if kernel is None else None
+    run = func if kernel is None else kernel
     if ov is not None and not is_seq and outs[0] is not None and not info.random:
         oi = outs[0]._inner
 
@@ -548,7 +557,7 @@ def _functional(me, func, info, args, kwargs):
         inners = [o._inner if o is not None else None for o in outs]
 
         def fn():
-            res = _run_random(seed, lambda: func(*call_args, **call_kwargs))
+            res = _run_random(seed, lambda: run(*call_args, **call_kwargs))
             if not is_seq:
                 res = (res,)
             for o, r in zip(inners, res):
@@ -664,16 +673,16 @@ def _sync_compute(me, func, info, unwrapped):
         # the storage it sized for every input element (CPU and CUDA alike: ATen allocates, then resize_s down)
         o = _like_storage(dev, stream, r, func)
         outs.append(o)
-        pairs.append((o, r))
+        pairs.append((o._inner, r))  # (the view at launch: a later set_ / storage resize gives o another)
     if pairs:
         # the output is allocated after the host sync and written by a kernel launched after it (CUDA's nonzero:
         # count, copy to the host, synchronize, resize the output, then the kernel that writes it,
         # aten/src/ATen/native/cuda/Nonzero.cu; masked_select and unique likewise), so the write is ordered after
         # whatever the host learned at the sync, a block the allocator released then included
         def write(pairs=pairs):
-            for o, r in pairs:
-                o._inner.copy_(r)
-        launch(me, stream, info.name, "kernel", write, [], [o for o, _ in pairs],
+            for oi, r in pairs:
+                oi.copy_(r)
+        launch(me, stream, info.name, "kernel", write, [], [o for o in outs if o is not None],
                sum(r.numel() * r.element_size() for _, r in pairs))
     return tuple(outs) if seq else outs[0]
 

@@ -178,9 +178,9 @@ def check_inplace(func, args, kwargs, random):
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         if str(e).startswith("unsupported operation:") or _meta_refuses(func, args, kwargs, type(e)):
             raise
-        return  # a refusal of the zeros, not of the arguments: the kernel decides when it runs
+        # (a refusal of the zeros, not of the arguments: the kernel decides when it runs)
     except Exception:  # noqa: BLE001 - NotImplementedError and the like: the kernel decides
-        return
+        pass
     if key is not None:
         _INPLACE_OK.add(key)
 
@@ -208,8 +208,10 @@ def _meta_refuses(func, args, kwargs, etype):
 
 
 def refuse_on_zeros(func, args, kwargs, etype):
-    """Raise what the real op raises on zero-filled host tensors of its arguments' layouts, when that is an
-    `etype` (the meta kernel's refusal): an argument error, not one of the data."""
+    """Raise what the real op raises on zero-filled host tensors of its arguments' layouts (the meta kernel
+    refused them with an `etype`): an argument error, not one of the data. (The real kernel's type may differ
+    from the meta kernel's: cat of tensors of different ranks along a dim past the first's is an IndexError on
+    CPU and CUDA, a RuntimeError from the meta kernel.)"""
     cargs = tuple(_zeros(a) for a in args)
     ckw = {k: _zeros(v) for k, v in kwargs.items()}
     if ckw.get("device") is not None:
@@ -218,7 +220,9 @@ def refuse_on_zeros(func, args, kwargs, etype):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             func(*cargs, **ckw)
-    except etype:
+    except (etype, RuntimeError, IndexError, TypeError, ValueError) as e:
+        if isinstance(e, NotImplementedError) or "ZeroDivisionError" in str(e):
+            return  # no kernel for the zeros' path, or the zeros themselves refused: the data decides
         raise
     except Exception:  # noqa: BLE001 - another refusal: of the zeros, not of the arguments
         return

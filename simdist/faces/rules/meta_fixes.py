@@ -88,3 +88,33 @@ def _conv_backward_format(args, kwargs, out):
 
 def _real(t):
     return t._sim if type(t) is HostProxy else t
+
+
+# --- dtypes the CUDA kernels do not implement ------------------------------------------------------------------
+# cuBLAS-backed products have no integer or bool kernels on CUDA (aten/src/ATen/native/cuda/Blas.cpp dispatches
+# on floating and complex types only), while the CPU kernels simdist runs compute them: `int_tensor @ int_tensor`
+# on a GPU raises NotImplementedError '"addmm_cuda" not implemented for 'Long'' at the call. Measured on an H200
+# (torch 2.11) for int64 / int32 / int8 / uint8 / bool and mm, addmm, addbmm, linear, tensordot ("addmm_cuda"),
+# bmm, baddbmm, 3-d matmul and einsum ("baddbmm_cuda"), mv, addmv ("addmv_impl_cuda"), dot and vdot ("dot");
+# torch.outer (a broadcast mul) and torch._int_mm work. Raised where simdist reads the output spec, once per call
+# (the spec of a refused signature is never cached), so float products keep the fast path.
+_C10_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+              torch.bool: "Bool"}
+_NO_CUDA_INTEGER_KERNEL = {aten.mm.default: "addmm_cuda", aten.addmm.default: "addmm_cuda",
+                           aten.addbmm.default: "addmm_cuda", aten.bmm.default: "baddbmm_cuda",
+                           aten.baddbmm.default: "baddbmm_cuda", aten.mv.default: "addmv_impl_cuda",
+                           aten.addmv.default: "addmv_impl_cuda", aten.dot.default: "dot", aten.vdot.default: "dot"}
+
+
+def _no_cuda_integer_kernel(kernel):
+    def fix(args, kwargs, out):
+        dts = {a.dtype for a in args if type(a) in (SimTensor, HostProxy)}
+        if len(dts) == 1 and next(iter(dts)) in _C10_NAMES:  # (mixed dtypes: "expected m1 and m2 to have the same
+            dt = next(iter(dts))                              # dtype", checked first, by the kernel)
+            raise NotImplementedError(f'"{kernel}" not implemented for \'{_C10_NAMES[dt]}\'')
+        return out
+    return fix
+
+
+for _op, _kernel in _NO_CUDA_INTEGER_KERNEL.items():
+    register_spec_fix(_op)(_no_cuda_integer_kernel(_kernel))
