@@ -828,3 +828,33 @@ def test_conjugate_and_negative_views_are_resolved_before_ops_that_do_not_handle
     assert got[-1] is True
     for w, h in zip(want[:-1], got[:-1]):
         assert torch.allclose(w, h, atol=1e-6), (w, h)
+
+
+def test_device_work_in_a_host_thread_the_program_started_is_refused_by_name():
+    """torch.cuda's current stream is thread-local and a host thread's x.cpu() synchronizes with that thread's
+    current stream (c10/cuda/CUDAStream.h "Stream pool note": "the notion of current stream for device is thread
+    local"; ATen Copy.cu memcpy_and_sync), so on a GPU a worker thread reads [3, 3, 3, 3] below. simdist runs device
+    work only in a rank's own thread (a second host thread's interleaving would depend on OS scheduling): during a
+    run, torch.cuda calls and ops on simulated tensors in another thread raise UnsupportedOperation. x.cpu() there
+    read the device bytes unordered with the pending kernels and returned the fresh memory's NaN poison."""
+    import threading
+
+    from simdist import UnsupportedOperation
+
+    def fn():
+        x = torch.ones(4, device="cuda") * 3
+        out = {}
+
+        def worker(what):
+            try:
+                {"stream": torch.cuda.current_stream, "cpu": x.cpu, "mul": lambda: x * 2}[what]()
+                out[what] = "ran"
+            except UnsupportedOperation as e:
+                out[what] = "host thread" in str(e)
+        for w in ("stream", "cpu", "mul"):
+            t = threading.Thread(target=worker, args=(w,))
+            t.start()
+            t.join()
+        return out, x.cpu().tolist()
+
+    assert simdist.run(fn).returns == [({"stream": True, "cpu": True, "mul": True}, [3.0] * 4)]

@@ -31,3 +31,16 @@ def process_rank():
 
 def live_ranks():
     return len({id(r) for r in list(_live.values())})
+
+
+def outside_rank(what, default_message):
+    """The error for `what` done in a thread that runs no rank: while a run is live in this process, that is a
+    host thread the program started (threading.Thread, a pool worker), whose device work simdist does not model
+    (UnsupportedOperation: the order of work issued by two host threads would depend on OS scheduling, and a read
+    of device memory there would see it unordered with the rank's pending kernels); else SimulationError."""
+    from .errors import SimulationError, UnsupportedOperation
+    if live_ranks():
+        return UnsupportedOperation(
+            f"{what} in a host thread the program started ({threading.current_thread().name}) is not modelled by "
+            "simdist: torch.cuda calls and device work run only in a rank's own thread (hand the work back to it)")
+    return SimulationError(default_message)

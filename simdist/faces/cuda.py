@@ -18,7 +18,7 @@ import torch
 
 from ..engine import allocator, cost
 from ..engine import streams as engine_streams
-from ..engine.context import current_rank, process_rank
+from ..engine.context import current_rank, outside_rank, process_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch
 from . import guard, sync_debug
@@ -27,7 +27,7 @@ from . import guard, sync_debug
 def _rank():
     me = current_rank()
     if me is None:
-        raise SimulationError("torch.cuda was used outside a simulated rank")
+        raise outside_rank("torch.cuda", "torch.cuda was used outside a simulated rank")
     return me
 
 
@@ -63,7 +63,7 @@ class Stream(engine_streams.Stream):
     def __new__(cls, device=None, priority=0, **kwargs):
         me = current_rank()
         if me is None:
-            raise SimulationError("torch.cuda.Stream() was created outside a simulated rank")
+            raise outside_rank("torch.cuda.Stream()", "torch.cuda.Stream() was created outside a simulated rank")
         if "stream_id" in kwargs and "device_index" in kwargs:
             return _existing_stream(me, kwargs["stream_id"], kwargs["device_index"])
         return me.device(device_index(device, me)).new_stream(priority)

@@ -14,7 +14,7 @@ from functools import partial
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..engine.context import current_rank
+from ..engine.context import current_rank, live_ranks, outside_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch, launch_kernel
 from . import guard_events, rng, sync_debug
@@ -359,6 +359,8 @@ def dispatch_outside(func, types, args, kwargs):
     me = current_rank()
     if me is not None:
         return dispatch(me, func, args, kwargs)
+    if live_ranks():  # a host thread the program started, during the run: its reads would be unordered
+        raise outside_rank(f"{func} on a simulated CUDA tensor", "")
     info = op_info(func)
     if info.kind == VIEW or func in (aten._to_copy.default, aten._local_scalar_dense.default, aten.clone.default):
         unwrapped = _unwrap(None, args, kwargs, False)
