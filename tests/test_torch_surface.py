@@ -858,3 +858,39 @@ def test_device_work_in_a_host_thread_the_program_started_is_refused_by_name():
         return out, x.cpu().tolist()
 
     assert simdist.run(fn).returns == [({"stream": True, "cpu": True, "mul": True}, [3.0] * 4)]
+
+
+def test_an_event_keeps_the_device_of_its_first_record_and_times_only_within_one_device():
+    """c10/cuda/CUDAEvent.h record: an event's device is the first recording stream's, and recording it on a stream
+    of another device raises "Event device 0 does not match recording stream's device 1."; the CUDA Programming
+    Guide ("Stream and Event Behavior"): cudaEventElapsedTime fails for events of two devices, while
+    cudaStreamWaitEvent across devices is legal. simdist accepted both and timed across devices."""
+    def fn():
+        out = []
+        s1 = torch.cuda.Stream(device=1)
+        e = torch.cuda.Event()
+        e.record(torch.cuda.current_stream(0))
+        try:
+            e.record(s1)
+        except RuntimeError as err:
+            out.append(str(err))
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(torch.cuda.current_stream(0))
+        b.record(s1)
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        try:
+            a.elapsed_time(b)
+        except RuntimeError as err:
+            out.append("different devices" in str(err))
+        w = torch.cuda.Event()
+        with torch.cuda.stream(s1):
+            y = torch.ones(4, device="cuda:1") * 5
+            w.record()
+        torch.cuda.current_stream(0).wait_event(w)  # legal: a stream of cuda:0 waits for cuda:1's work
+        out.append(y.to("cuda:0").sum().item())
+        return out
+
+    res = simdist.run(fn, device_count=2)
+    assert not res.hazards, res.report()
+    assert res.returns == [["Event device 0 does not match recording stream's device 1.", True, 20.0]]

@@ -223,6 +223,10 @@ class Event:
             stream = me.current_stream()
         elif not isinstance(stream, engine_streams.Stream):
             stream = _as_sim_stream(stream)
+        if self.stream is not None and self.stream.dev is not stream.dev:
+            # c10/cuda/CUDAEvent.h record: an event takes its device from the first stream that records it
+            raise RuntimeError(f"Event device {self.stream.dev.index} does not match recording stream's device "
+                               f"{stream.dev.index}.")
         self.stream = stream
         self.marker = stream.record_marker(me.host)
 
@@ -262,6 +266,11 @@ class Event:
         me = _rank()
         if a.end is None or b.end is None or max(a.end, b.end) > me.host.clock:
             raise RuntimeError("Both events must be completed before calculating elapsed time.")
+        if self.stream.dev is not end_event.stream.dev:
+            # CUDA Programming Guide, "Stream and Event Behavior": "cudaEventElapsedTime() will fail if the two input
+            # events are associated to different devices" (C10_CUDA_CHECK raises)
+            raise RuntimeError(f"CUDA error: cudaEventElapsedTime of events on different devices (cuda:"
+                               f"{self.stream.dev.index} and cuda:{end_event.stream.dev.index}) fails")
         return (b.end - a.end) / 1e6
 
     @property
