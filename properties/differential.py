@@ -1493,8 +1493,10 @@ _OVERLAP = ["{x}.expand({ex}).add_(1)", "{x}.expand({ex}).copy_(torch.zeros({ex}
             "torch.add({x}, 1, out={x}.expand({ex}))", "{x}.expand({ex}).zero_()", "{x}.expand({ex}).mul_(2)",
             "{x}.expand({ex})[0].add_(1)", "torch.neg({x}.flatten()[:2], out={x}.flatten()[1:3])",
             "{x}.flatten()[1:].copy_({x}.flatten()[:-1])", "{x}.flatten()[:-1].copy_({x}.flatten()[1:])",
-            "{x}.as_strided((2, 2), (1, 1)).add_(1)", "{x}.as_strided((2, 2), (1, 1)).fill_(3)",
-            "{x}.flatten().unfold(0, 2, 1).mul_(2)", "{x}.copy_({x}.mT) if {x}.dim() >= 2 else {x}.copy_({x})",
+            "{x}.as_strided((2, 2), (1, 1)).fill_(3)",  # (not add_ / mul_ through it: a GPU reads each element
+            # before any is written, the CPU loop reads what it wrote: tests/test_differential.py
+            # test_an_in_place_op_through_a_self_overlapping_view_reads_before_it_writes)
+            "{x}.copy_({x}.mT) if {x}.dim() >= 2 else {x}.copy_({x})",
             "{x}.mT.view(-1)", "{x}.mT.reshape(-1).add_(0)", "{x}.transpose(0, -1).view(-1)", "{x}.expand({ex}).view(-1)", "{x}.mT.view({x}.dtype)",
             "{x}.mT.view(torch.uint8)", "{x}[..., ::2].view(torch.int8)", "{x}.expand({ex}).reshape(-1).add_(1)",
             "{x}.mT.flatten().add_(1)", "{x}.index_put_((torch.tensor([0, 0], device=dev),), {x}[0:1].clone())",

@@ -702,3 +702,58 @@ def test_a_data_dependent_result_is_written_where_it_was_placed():
         return [snap(inv), snap(keep), tuple(m.shape)]
 
     assert both(prog)[0].tolist() == [0, 1, 0]
+
+
+def test_a_0_dim_host_tensor_is_refused_where_the_cuda_wrapper_checks_devices():
+    # torchgen's generated CUDA wrappers check that every tensor argument is on the op's device (c10
+    # check_and_update_common_device: "Expected all tensors to be on the same device, but got min is on cpu..."),
+    # a 0-dim CPU tensor included, unless native_functions.yaml declares the op `device_check: NoCheck`
+    # (TensorIterator's elementwise ops, which take it as a scalar). simdist let every op take a 0-dim CPU tensor.
+    # Measured on an H200 (torch 2.11, .gpudiff/facts2.py): clamp(min=), clamp_, clamp_min, isin, stack,
+    # index_select, searchsorted, bucketize, nextafter refuse one; maximum, where, lerp's weight, masked_fill's
+    # value, index_fill, fill_, addcmul, pow, eq, index_put_'s values, the _foreach ops take one. d10.
+    def prog():
+        x = torch.arange(4., device="cuda")
+        s = torch.tensor(2.)
+        out = []
+        for f in (lambda: torch.clamp(x, min=s), lambda: torch.isin(x, s), lambda: torch.stack([x[0], s]),
+                  lambda: x.index_select(0, torch.tensor(1)), lambda: torch.nextafter(x, s),
+                  lambda: torch.maximum(x, s), lambda: torch.where(x > 1, x, s), lambda: x.masked_fill(x > 1, s),
+                  lambda: x.clone().fill_(s), lambda: x.pow(s), lambda: torch._foreach_mul([x], s)[0]):
+            try:
+                out.append(f().tolist())
+            except RuntimeError as e:
+                out.append(type(e).__name__)
+        return out
+
+    out = simdist.run(prog).returns[0]
+    assert out[:5] == ["RuntimeError"] * 5 and "RuntimeError" not in out[5:]
+
+
+def test_an_in_place_op_through_a_self_overlapping_view_reads_before_it_writes():
+    # A view whose elements share memory in a way torch's overlap check cannot tell (MemoryOverlap.cpp: TOO_HARD,
+    # no error: as_strided with small strides, unfold with a step below its size) can be written in place. A GPU's
+    # threads read their elements before any writes them; the CPU kernel's loop reads what earlier iterations
+    # wrote. Measured on an H200 (torch 2.11): arange(6.).as_strided((2, 2), (1, 1)).add_(1) gives
+    # [1, 2, 3, 3, 4, 5] (CPU: [1, 3, 3, ...]), unfold(0, 3, 1).mul_(2) doubles each element once ([0, 2, 4, ...];
+    # CPU [0, 4, 16, 24, ...]), neg_ and exp_ likewise; index_add_ writes only its rows. Where two elements of one
+    # location get different values (add_ of a tensor, copy_), which one lands depends on the threads' order
+    # (the H200 kept the first): a named refusal. d11.
+    def prog():
+        out = []
+        for f in (lambda z: z.as_strided((2, 2), (1, 1)).add_(1), lambda z: z.unfold(0, 3, 1).mul_(2),
+                  lambda z: z.as_strided((2, 2), (1, 1)).neg_(),
+                  lambda z: z.as_strided((2, 2), (1, 1)).index_add_(0, torch.tensor([0], device="cuda"),
+                                                                    torch.ones(1, 2, device="cuda")),
+                  lambda z: z.as_strided((2, 2), (1, 1)).add_(torch.tensor([[10., 20.], [30., 40.]], device="cuda")),
+                  lambda z: z.as_strided((2, 2), (1, 1)).copy_(torch.tensor([[1., 2.], [3., 4.]], device="cuda"))):
+            z = torch.arange(6., device="cuda")
+            try:
+                f(z)
+                out.append(z.tolist())
+            except simdist.UnsupportedOperation as e:
+                out.append(str(e)[:9])
+        return out
+
+    assert simdist.run(prog).returns[0] == [[1., 2., 3., 3., 4., 5.], [0., 2., 4., 6., 8., 10.], [-0., -1., -2., 3., 4., 5.],
+                                            [1., 2., 2., 3., 4., 5.], "add_.Tens", "copy_ wri"]

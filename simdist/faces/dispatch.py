@@ -123,12 +123,19 @@ def _unwrap(me, args, kwargs, want_key):
     return unwrapped
 
 
-def _check_cpu_arg(a, dev):
+def _check_cpu_arg(a, dev, scalars_too=False):
     if isinstance(a, (list, tuple)):
         for x in a:
-            _check_cpu_arg(x, dev)
-    elif isinstance(a, torch.Tensor) and type(a) not in (SimTensor, HostProxy) and a.dim() != 0:
+            _check_cpu_arg(x, dev, scalars_too)
+    elif isinstance(a, torch.Tensor) and type(a) not in (SimTensor, HostProxy) and (scalars_too or a.dim() != 0):
         raise _device_error(dev.torch_device, a.device)
+
+
+def _check_cpu_scalars(info, unwrapped, args, kwargs):
+    """A 0-dim CPU tensor is refused by ops whose CUDA wrapper checks devices (op_info.py _device_checked)."""
+    if unwrapped.cpu_tensors and unwrapped.dev is not None and info.device_check:
+        for a in list(args) + list(kwargs.values()):
+            _check_cpu_arg(a, unwrapped.dev, True)
 
 
 # --- output placement ------------------------------------------------------------
@@ -463,6 +470,7 @@ def _inplace(me, func, info, args, kwargs, kernel=None):
     dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
+    _check_cpu_scalars(info, unwrapped, args, kwargs)
     writes = []
     for pos, name in zip(info.mutable_pos, info.mutable_names):
         a = args[pos] if pos < len(args) else kwargs.get(name)
@@ -482,6 +490,9 @@ def _inplace(me, func, info, args, kwargs, kernel=None):
     stream = me.current_stream(dev.index)
 
     run = func if kernel is None else kernel
+    for w in writes:
+        if _overlaps_itself(w):
+            run = _snapshot_kernel(run, w._inner, info.name)
 
     def fn():
         _run_random(seed, lambda: run(*call_args, **call_kwargs))
@@ -505,6 +516,66 @@ def _inplace(me, func, info, args, kwargs, kernel=None):
     return tuple(outs)
 
 
+def _overlaps_itself(t):
+    """Whether two elements of `t` are one memory location, where torch's overlap check cannot tell (TOO_HARD:
+    as_strided with strides smaller than the sizes they step over, unfold with a step below its size); an
+    expanded tensor (stride 0) is torch's own YES, checked at the call (probe.check_inplace)."""
+    if t.numel() < 2:
+        return False
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n > 1)
+    if any(st == 0 for st, _ in dims):
+        return False
+    reach = 0  # the farthest element the smaller strides reach: a larger stride stepping past it cannot collide
+    for st, n in dims:
+        if st <= reach:
+            return _offsets(t._inner).unique().numel() < t.numel()  # (maybe: count the locations)
+        reach += (n - 1) * st
+    return False
+
+
+def _offsets(inner):
+    idx = torch.zeros(tuple(inner.shape), dtype=torch.int64)
+    for d, (n, st) in enumerate(zip(inner.shape, inner.stride())):
+        shape = [1] * inner.dim()
+        shape[d] = n
+        idx = idx + (torch.arange(n, dtype=torch.int64) * st).reshape(shape)
+    return idx.reshape(-1)
+
+
+def _snapshot_kernel(run, inner, name):
+    """An in-place kernel writing through a view whose elements share memory: a GPU's threads read their
+    elements before any writes them, so each element is computed from the values before the op (measured on an
+    H200: arange(6.).as_strided((2, 2), (1, 1)).add_(1) gives [1, 2, 3, 3, 4, 5]; unfold(0, 3, 1).mul_(2) doubles
+    each element once), where the CPU kernel's loop reads elements earlier iterations wrote ([1, 3, 3, ...]). The
+    op runs on a copy of the view's values and the elements it changed are stored (an index op leaves the others
+    unwritten); where it gives one memory location two different values, which one a GPU keeps depends on its
+    threads' order: refused by name."""
+    def _ne(a, b):  # bit for bit: -0.0 is not 0.0, a NaN is itself
+        if a.is_floating_point():
+            bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+            return a.contiguous().view(bits) != b.contiguous().view(bits)
+        return a != b
+
+    def snapshot(*args, **kwargs):
+        pre = inner.clone()
+        copy = pre.clone()
+        args = tuple(copy if a is inner else a for a in args)
+        kwargs = {k: (copy if v is inner else v) for k, v in kwargs.items()}
+        run(*args, **kwargs)
+        changed = _ne(copy, pre)
+        offs, vals = _offsets(inner)[changed.reshape(-1)], copy[changed]
+        order = torch.argsort(offs, stable=True)
+        o, v = offs[order], vals[order]
+        same = o[1:] == o[:-1]
+        if bool(_ne(v[1:][same], v[:-1][same]).any()):
+            raise UnsupportedOperation(
+                f"{name} writes different values to one memory location through a view whose elements share memory "
+                "(as_strided / unfold): which one a GPU keeps depends on the order of its threads; simdist does not "
+                "model it (clone() the view first)")
+        inner[changed] = copy[changed]
+    return snapshot
+
+
 _WRITE_ONLY = frozenset(("fill_", "zero_", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
                          "geometric_", "log_normal_", "cauchy_"))
 
@@ -521,6 +592,7 @@ def _functional(me, func, info, args, kwargs, kernel=None):
     dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
+    _check_cpu_scalars(info, unwrapped, args, kwargs)
     if kwargs and kwargs.get("device") is not None:  # new_zeros(..., device=cuda:0) as autograd's C++ calls it
         if torch.device(kwargs["device"]).type == "cuda":
             unwrapped.kwargs["device"] = torch.device("cpu")
@@ -704,6 +776,7 @@ def _host_read(me, func, info, args, kwargs):
     dev = unwrapped.dev
     if dev is None:
         return func(*args, **kwargs)
+    _check_cpu_scalars(info, unwrapped, args, kwargs)
     holder = []
     _usable(unwrapped.sims)
     call_args, call_kwargs = unwrapped.args, unwrapped.kwargs

@@ -17,7 +17,7 @@ class OpInfo:
     """How the dispatch mode treats one op overload (simdist/faces/dispatch.py)."""
 
     __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "rule", "random", "func", "out_op", "reads_data", "python_kernel")
+                 "rule", "random", "func", "out_op", "reads_data", "python_kernel", "device_check")
 
     def __init__(self):
         self.rule = None
@@ -81,12 +81,57 @@ def _classify(func):
     base = schema.name.split("::")[-1]
     info.reads_data = not (base.endswith("_like") or base in ("new_zeros", "new_ones", "new_full", "new_empty",
                                                              "new_empty_strided"))  # metadata only
+    info.device_check = _device_checked(func)
     info.rule = rule_for(func)
     if info.rule is None and info.kind == INPLACE:
         info.rule = out_rule_for(func)
     if info.rule is None:
         info.python_kernel = _python_kernel_keyset(func)
     return info
+
+
+# --- device checks ---------------------------------------------------------------------------------------------
+# The generated CUDA wrapper of an aten op checks that every tensor argument is on the op's device
+# (torchgen's device_check, c10 check_and_update_common_device: "Expected all tensors to be on the same device, but
+# got min is on cpu, different from other tensors on cuda:0"), a 0-dim CPU tensor included, unless the op is
+# declared `device_check: NoCheck` in native_functions.yaml: TensorIterator's elementwise ops, which take 0-dim
+# CPU tensors as scalars. Measured on an H200 (torch 2.11): clamp(x, min=cpu_scalar), isin, stack, index_select,
+# searchsorted, bucketize, nextafter refuse a 0-dim CPU tensor; maximum, where, lerp's weight,
+# masked_fill's value, fill_, addcmul, pow, the _foreach ops take one.
+_NO_CHECK = None
+
+
+def _no_check_ops():
+    global _NO_CHECK
+    if _NO_CHECK is None:
+        names = set()
+        try:
+            import os
+
+            import torchgen
+            path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native",
+                                "native_functions.yaml")
+            cur = None
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("- func:"):
+                        cur = line[7:].strip().split("(")[0]
+                    elif cur is not None and line.strip().startswith("device_check: NoCheck"):
+                        names.add(cur)
+        except Exception:  # noqa: BLE001 - no torchgen: no op is known to check (0-dim CPU tensors pass, as before)
+            names = None
+        _NO_CHECK = names
+    return _NO_CHECK
+
+
+def _device_checked(func):
+    """Whether the op's CUDA wrapper refuses a 0-dim CPU tensor argument (see above)."""
+    names = _no_check_ops()
+    if names is None or func.namespace != "aten":
+        return False
+    name = func._schema.name.split("::")[-1]
+    ov = func._overloadname
+    return (name if ov in ("", "default") else f"{name}.{ov}") not in names
 
 
 # The dispatch keys whose kernel, when written in Python, is what the op does on a CUDA tensor

@@ -19,7 +19,7 @@ import torch
 
 from ...engine.errors import SimulationError
 from ...engine.launch import launch
-from ..dispatch import (_factory_device, _host_read, _nbytes, _sim_of, _to_meta, allocate, dense_only)
+from ..dispatch import (_factory_device, _host_read, _nbytes, _overlaps_itself, _sim_of, _snapshot_kernel, _to_meta, allocate, dense_only)
 from ..op_info import op_info
 from .. import sync_debug
 from ..op_rules import register
@@ -164,7 +164,10 @@ def _copy_(me, func, args, kwargs):
                 raise SimulationError(f"rank {me.rank} used a tensor that lives on rank {t._dev.rank}")
         check_inplace(func, (d, s), {}, False)  # overlap of the two, as the host checks it at the call
         di, si = d._inner, s._inner
-        _device_copy(me, s, d, lambda: di.copy_(si), "copy_")
+        copy = torch.Tensor.copy_
+        if _overlaps_itself(d):  # a destination whose elements share memory: as a GPU's threads store it
+            copy = _snapshot_kernel(copy, di, "copy_")
+        _device_copy(me, s, d, lambda: copy(di, si), "copy_")
         return dst
     if dst_sim:  # host -> device into existing memory
         d = _sim_of(dst)
