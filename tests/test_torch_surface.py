@@ -894,3 +894,23 @@ def test_an_event_keeps_the_device_of_its_first_record_and_times_only_within_one
     res = simdist.run(fn, device_count=2)
     assert not res.hazards, res.report()
     assert res.returns == [["Event device 0 does not match recording stream's device 1.", True, 20.0]]
+
+
+def test_python_list_indices_index_a_simulated_tensor_as_torch_does():
+    """A Python list index (v[[1, 2]], v[:, [0, 3]], w[[0, 3]] = -1) is made into an index tensor on the indexed
+    tensor's device with the Python dispatch key excluded (torch/csrc/utils/tensor_new.cpp internal_new_from_data,
+    via python_variable_indexing.cpp sequenceToVariable); on a CPU build that reached the missing CUDA backend
+    ("Could not run 'aten::empty_strided' with arguments from the 'CUDA' backend"). A list holding a sequence,
+    slice, None or Ellipsis is a tuple of indices (treatSequenceAsTuple). Eager CPU torch is the reference."""
+    def prog(dev):
+        v = torch.arange(24., device=dev).reshape(4, 6)
+        out = [v[[1, 2]], v[[[0, 1], [2, 3]]], v[[0, 2], [1, 5]], v[:, [0, 3]], v[[True, False, True, False]],
+               v[1, [2, 4]], v[[1, 2], ...]]
+        w = v.clone()
+        w[[0, 3]] = -1.0
+        w[:, [1, 2]] = torch.ones(4, 2, device=dev)
+        return [t.cpu() for t in out + [w]]
+
+    res = simdist.run(lambda: prog("cuda"))
+    assert not res.hazards, res.report()
+    assert all(torch.equal(a, b) for a, b in zip(res.returns[0], prog("cpu")))

@@ -39,6 +39,27 @@ def set_storage_class(cls):
 _aten = torch.ops.aten
 
 
+def _as_tuple_index(seq):
+    """torch/csrc/autograd/python_variable_indexing.cpp treatSequenceAsTuple: a list index holding a tensor, a
+    sequence, a slice, Ellipsis or None is a tuple of indices; any other list is one index tensor."""
+    return any(isinstance(x, (torch.Tensor, list, tuple, slice)) or x is Ellipsis or x is None for x in seq)
+
+
+def _list_indices_on_host(idx):
+    """Python lists among the indices become host index tensors here. torch makes a list index into a tensor on
+    the indexed tensor's device with the Python dispatch key excluded (internal_new_from_data), which on a CPU build
+    reaches the missing CUDA backend ("Could not run 'aten::empty_strided' ... 'CUDA' backend"); advanced indexing
+    with a host index tensor copies it to the device (blocking) before the kernel, as the list's tensor is."""
+    if type(idx) is list:
+        if _as_tuple_index(idx):
+            idx = tuple(idx)
+        else:
+            return torch.tensor(idx)
+    if type(idx) is tuple and any(type(x) is list for x in idx):
+        return tuple(torch.tensor(x) if type(x) is list else x for x in idx)
+    return idx
+
+
 class SimTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, inner, dev, alloc, requires_grad=False, shape=None, stride=None, offset=None, spec=None):
@@ -90,11 +111,13 @@ class SimTensor(torch.Tensor):
     # (With simdist's fake guard loaded the bindings work as they are, and they must be used when autograd
     # is recording: the HostProxy detour would drop the op from the graph.)
     def __getitem__(self, idx):
+        idx = _list_indices_on_host(idx)
         if guard._lib is not None:
             return torch.Tensor.__getitem__(self, idx)
         return _proxied(torch.Tensor.__getitem__, self, idx)
 
     def __setitem__(self, idx, value):
+        idx = _list_indices_on_host(idx)
         if guard._lib is not None:
             torch.Tensor.__setitem__(self, idx, value)
             return
