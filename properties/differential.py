@@ -706,15 +706,17 @@ def _reduce(b):
 
 @op("data_dependent", "reduction", ("nonzero", "masked_select", "unique", "index", "argwhere"))
 def _data_dependent(b):
+    # (unique's results are cloned: CUDA's keep storages of the input's size and row-major layouts along a dim, the
+    # CPU kernel's are exact or strided: tests/test_differential.py test_unique_results_have_cudas_layouts_and_integer_histc_runs)
     x = _dev(b, _ordinary)
     if x is None:
         return None
     n = b.name("t")
     form = b.choice(["{x}.nonzero()", "{x}[{x} > 0]", "torch.masked_select({x}, {x} != 0)",
-                     "torch.unique({x})", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1]",
+                     "torch.unique({x}).clone()", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1].clone()",
                      "torch.where({x} != 0)[0]", "{x}.nonzero(as_tuple=True)[-1]" if b.t(x).dim() else "{x}.nonzero()",
                      "torch.unique_consecutive({x})", "{x}.flatten().bincount()" if not b.t(x).dtype.is_floating_point
-                     and b.t(x).dtype != torch.bool else "torch.unique({x}, sorted=True)"])
+                     and b.t(x).dtype != torch.bool else "torch.unique({x}, sorted=True).clone()"])
     return Step("data_dependent", f"{n} = " + form.format(x=x), {n: "dev"}, after=lambda: b.holey.add(n))
 
 
@@ -1263,8 +1265,8 @@ def _sort_search(b):
              f"torch.topk({x}, {k}, {d}).indices", f"{x}.argsort({d}, stable=True, descending={b.boolean()})",
              f"torch.sort({x}, {d}, descending=True, stable=True).indices", f"{x}.kthvalue({k}, {d}).values",
              f"{x}.kthvalue({k}, {d}, keepdim=True).indices", f"torch.msort({x})",
-             f"torch.unique({x}, return_inverse=True)[1]", f"torch.unique({x}, dim={d})",
-             f"torch.unique_consecutive({x}, return_counts=True, dim={d})[1]",
+             f"torch.unique({x}, return_inverse=True)[1]", f"torch.unique({x}, dim={d}).clone()",
+             f"torch.unique_consecutive({x}, return_counts=True, dim={d})[1].clone()",
              f"torch.repeat_interleave({x}, 2, {d})"]
     if t.dtype != torch.bool:
         bnd = sorted(b.integers(-3, 3) for _ in range(b.integers(1, 4)))

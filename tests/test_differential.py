@@ -757,3 +757,27 @@ def test_an_in_place_op_through_a_self_overlapping_view_reads_before_it_writes()
 
     assert simdist.run(prog).returns[0] == [[1., 2., 3., 3., 4., 5.], [0., 2., 4., 6., 8., 10.], [-0., -1., -2., 3., 4., 5.],
                                             [1., 2., 2., 3., 4., 5.], "add_.Tens", "copy_ wri"]
+
+
+def test_unique_results_have_cudas_layouts_and_integer_histc_runs():
+    # aten/src/ATen/native/cuda/Unique.cu sorts into buffers of the input's size and narrows them: torch.unique's
+    # values and counts keep storages of the input's element count, unique_consecutive's counts too; along a dim
+    # (unique_dim, unique_consecutive(dim=)) the values are row-major and the counts exactly sized. The CPU kernels
+    # simdist runs size them exactly and give unique(x, dim=2) of a (3, 2, 2) tensor strides (2, 1, 6), so a
+    # `.view(-1)` that works on a GPU raised. And CUDA's histc implements integer dtypes (SummaryOps.cu), which the
+    # CPU kernel refuses. All measured on an H200 (torch 2.11, .gpudiff/facts2.py). d12.
+    def prog():
+        u = torch.tensor([3, 1, 3, 2, 2, 5], device="cuda")
+        u3 = torch.tensor([[[1, 0], [1, 1]], [[0, 0], [1, 1]], [[1, 0], [0, 1]]], device="cuda")
+        v, inv, c = torch.unique(u, return_inverse=True, return_counts=True)
+        d = torch.unique(u3, dim=2)
+        _, cc = torch.unique_consecutive(u, return_counts=True)
+        _, cd = torch.unique_consecutive(u3, dim=0, return_counts=True)
+        lay = [(tuple(t.shape), t.stride(), t.untyped_storage().nbytes()) for t in (v, inv, c, d, cc, cd)]
+        h = torch.histc(torch.tensor([0, 1, 5, 9, 9], dtype=torch.int32, device="cuda"), 4, 0, 9)
+        return lay + [d.view(-1).tolist(), h.dtype, h.tolist()]
+
+    out = simdist.run(prog).returns[0]
+    assert out[:6] == [((4,), (1,), 48), ((6,), (1,), 48), ((4,), (1,), 48), ((3, 2, 2), (4, 2, 1), 96),
+                       ((5,), (1,), 48), ((3,), (1,), 24)]
+    assert out[7:] == [torch.int32, [2, 0, 1, 2]]

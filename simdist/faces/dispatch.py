@@ -737,6 +737,9 @@ def _sync_compute(me, func, info, unwrapped):
                 _nbytes(unwrapped.sims))
     me.wait_op(op, f"{info.name} (data-dependent output size)")
     res = holder[0]
+    lay = _CUDA_LAYOUTS.get(func)
+    if lay is not None:
+        res = lay(res, call_args, call_kwargs)
     seq = isinstance(res, (tuple, list))
     outs, pairs = [], []
     for r in (res if seq else (res,)):
@@ -759,6 +762,39 @@ def _sync_compute(me, func, info, unwrapped):
         launch(me, stream, info.name, "kernel", write, [], [o for o in outs if o is not None],
                sum(r.numel() * r.element_size() for _, r in pairs))
     return tuple(outs) if seq else outs[0]
+
+
+def _in_storage_of(t, numel):
+    """t viewed at the start of a storage of `numel` elements (the rest never written)."""
+    buf = torch.empty(max(numel, t.numel()), dtype=t.dtype)
+    buf[:t.numel()].copy_(t.reshape(-1))
+    return buf[:t.numel()].view(t.shape)
+
+
+def _unique2_layout(res, args, kwargs):
+    # CUDA's _unique2 (aten/src/ATen/native/cuda/Unique.cu, thrust/cub) sorts into buffers of the input's size and
+    # narrows them: values and counts keep storages of the input's element count (measured on an H200: unique of
+    # 6 int64 elements with 4 distinct keeps 48 bytes; counts likewise); the CPU kernel sizes them exactly
+    n = args[0].numel()
+    values, inverse, counts = res
+    return (_in_storage_of(values, n), inverse, _in_storage_of(counts, n) if counts.numel() else counts)
+
+
+def _dim_layout(res, args, kwargs):
+    # unique_dim / unique_consecutive(dim=...) on CUDA give a row-major result and exactly sized counts (measured on
+    # an H200: unique of a (3, 2, 2) tensor along dim 2 has strides (4, 2, 1), the CPU kernel's (2, 1, 6), so a
+    # .view(-1) that works on a GPU raised under simdist)
+    values, inverse, counts = res
+    dim = 0  # unique_dim always has one
+    if len(args) < 2 or isinstance(args[1], bool) or "dim" in kwargs:  # unique_consecutive(self, inv, counts, dim)
+        dim = args[3] if len(args) > 3 else kwargs.get("dim")
+    if dim is None:  # unique_consecutive without dim: its counts too keep a storage of the input's size
+        return (values, inverse, _in_storage_of(counts, args[0].numel()) if counts.numel() else counts)
+    return (values.contiguous(), inverse, counts.clone() if counts.numel() else counts)
+
+
+_CUDA_LAYOUTS = {aten._unique2.default: _unique2_layout, aten.unique_dim.default: _dim_layout,
+                 aten.unique_consecutive.default: _dim_layout}
 
 
 def _like_storage(dev, stream, r, func=None):
