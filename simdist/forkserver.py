@@ -199,6 +199,15 @@ def _child(sock, fds, entry, env, cwd):
         traceback.print_exc()
     finally:
         try:
+            # the rank ends as an interpreter does (torchrun's rank processes are interpreters of their own): its
+            # exit handlers run, multiprocessing's among them (util._exit_function shuts down the Managers and
+            # joins the children the program left, e.g. Megatron's dist_checkpointing results queue); os._exit
+            # alone left those processes running after the run
+            import atexit
+            atexit._run_exitfuncs()
+        except BaseException:  # noqa: BLE001 - atexit prints a handler's error itself, as at interpreter exit
+            pass
+        try:
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

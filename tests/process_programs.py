@@ -78,3 +78,16 @@ def split_sizes_read_before_the_copy():
     host = counts.to("cpu", non_blocking=True)         # pinned, not waited
     sizes = host.tolist()                               # BUG: read before a synchronize
     return torch.empty(sum(sizes) - 1000, device="cuda")  # fails on garbage (and would be wrong on good data)
+
+
+def leaves_a_manager_and_an_exit_handler(path):
+    """A program that leaves a multiprocessing Manager running and registers an exit handler (what Megatron's
+    dist_checkpointing does with its results queue): both are the interpreter's business at exit."""
+    import atexit
+    import multiprocessing as mp
+    manager = mp.get_context("spawn").Manager()
+    manager.Queue()
+    with open(path + ".pid", "w") as f:
+        f.write(str(manager._process.pid))
+    atexit.register(lambda: open(path, "w").write("ran"))
+    return True

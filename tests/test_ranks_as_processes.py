@@ -191,3 +191,22 @@ def test_an_exception_after_a_hazard_names_the_hazard(transport):
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "had found 1 hazard(s) before this exception" in notes, notes
     assert "host-read [OBSERVED: values damaged]: copy_d2h_async" in notes and "process_programs.py" in notes, notes
+
+
+def test_a_rank_process_runs_its_exit_handlers(tmp_path):
+    """A rank process ends as the interpreter torchrun starts would: its atexit handlers run, and
+    multiprocessing's (util._exit_function) shuts down the Managers it left. simdist's fork-server children ended
+    with os._exit only, so Megatron-Core's dist_checkpointing results-queue Manager (filesystem_async.py
+    `_get_write_results_queue`) outlived every run (corpus w12, notes w7)."""
+    import os
+    path = str(tmp_path / "handler")
+    assert simdist.run(P.leaves_a_manager_and_an_exit_handler, args=(path,), world_size=1,
+                       transport="processes").returns == [True]
+    assert open(path).read() == "ran"
+    pid = int(open(path + ".pid").read())
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the Manager process {pid} outlived the run")
