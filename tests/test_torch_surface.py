@@ -914,3 +914,42 @@ def test_python_list_indices_index_a_simulated_tensor_as_torch_does():
     res = simdist.run(lambda: prog("cuda"))
     assert not res.hazards, res.report()
     assert all(torch.equal(a, b) for a, b in zip(res.returns[0], prog("cpu")))
+
+
+def test_ops_that_synchronize_on_cuda_order_the_host_after_the_current_stream():
+    """torch.linalg.eigh / svd copy the solver's info to the host after the kernel (BatchLinearAlgebra.cpp
+    _linalg_check_errors), and `v[mask] = t` with a tensor value turns the mask into indices with nonzero first
+    (TensorAdvancedIndexing.cpp), so on a GPU each synchronizes the host with the current stream: a pinned buffer
+    filled by a non_blocking D2H copy queued before them may be read after (measured with set_sync_debug_mode on an
+    H200: eigh 1, svd 2, v[mask] = t 1 synchronizing calls; v[mask] = 0.0 is a masked_fill_, 0). simdist ran them
+    asynchronously: a false host-read hazard, and no sync-debug warning."""
+    import warnings
+
+    def fn():
+        a = torch.randn(6, 6, device="cuda")
+        spd = a @ a.T + 6 * torch.eye(6, device="cuda")
+        out, warned = [], []
+        for op in (lambda: torch.linalg.eigh(spd), lambda: torch.linalg.svd(a),
+                   lambda: a.clone().__setitem__(a > 0, a[:1, :1].reshape(1))):
+            host = torch.empty(6, 6).pin_memory()
+            host.copy_(a * 2, non_blocking=True)
+            torch.cuda.set_sync_debug_mode("warn")
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                op()
+            torch.cuda.set_sync_debug_mode(0)
+            warned.append(any("synchronizing" in str(m.message) for m in w))
+            out.append(host.sum().item())  # ordered: the op synchronized the host with the stream
+        torch.cuda.set_sync_debug_mode("warn")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            a.clone().__setitem__(a > 0, 0.0)
+        torch.cuda.set_sync_debug_mode(0)
+        warned.append(any("synchronizing" in str(m.message) for m in w))
+        return warned, out, (a * 2).sum().item()
+
+    res = simdist.run(fn)
+    assert not res.hazards, res.report()
+    (warned, out, want), = res.returns
+    assert warned == [True, True, True, False]
+    assert all(abs(o - want) < 1e-3 for o in out), (out, want)
