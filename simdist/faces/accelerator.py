@@ -70,6 +70,14 @@ class AcceleratorStream(torch.Stream):
     __hash__ = torch.Stream.__hash__
 
     def wait_event(self, event):
+        """torch.Stream.wait_event reads its argument as a torch.Event (torch/csrc/Stream.cpp THPStream_wait_event:
+        `reinterpret_cast<THPEvent*>`, no type check). A torch.cuda.Event is one by inheritance (THCPEvent :
+        THPEvent) but records into its own `cuda_event`: the torch.Event part is never recorded, and a wait on a
+        never-recorded event returns at once (c10 InlineEvent::block). So a generic stream's wait on a
+        torch.cuda.Event orders nothing: on an H200 (torch 2.11) 19 of 20 delayed runs read the producer's
+        output early (notes L8). Waits on torch.Events, and torch.cuda.Stream.wait_event, order as usual."""
+        if isinstance(event, _cuda.Event) and not isinstance(event, Event):
+            return
         self._sim.wait_event(event)
 
     def wait_stream(self, stream):
@@ -155,6 +163,48 @@ class TorchEvent(metaclass=_EventClass):
     pass
 
 
+class _StreamClass(type):
+    """torch.Stream while a run is installed. Inside a rank, `torch.Stream(device="cuda", priority=0)` makes a new
+    simulated stream (c10's getNewStream: a stream of the device's pool, as torch.cuda.Stream() takes one) and
+    `torch.Stream(stream_id=, device_index=, device_type=)` names an existing one; both are the generic torch.Stream
+    torch.accelerator hands out (AcceleratorStream). torch's own C++ torch.Stream would take simdist's Python
+    events for torch.Events (Stream.cpp casts its argument unchecked: an arbitrary device type, or a crash).
+    Outside a rank torch's own. isinstance / issubclass also accept torch.cuda.Stream, a torch.Stream subclass on
+    a CUDA build."""
+
+    def __call__(cls, *args, **kwargs):
+        me = current_rank()
+        if me is None:
+            return _TORCH_STREAM(*args, **kwargs)
+        device = args[0] if args else kwargs.pop("device", None)
+        priority = kwargs.pop("priority", 0)
+        if "stream_id" in kwargs:
+            if kwargs.get("device_type", 1) != 1:
+                raise UnsupportedOperation(f"torch.Stream(device_type={kwargs.get('device_type')}) inside a simulated "
+                                           "rank (only CUDA streams are modelled by simdist)")
+            index = kwargs.get("device_index", me.current_device)
+            return AcceleratorStream(_cuda._existing_stream(me, kwargs["stream_id"], index))
+        dev = torch.device(device) if device is not None else torch.device("cuda", me.current_device)
+        if dev.type != "cuda":
+            raise UnsupportedOperation(f"torch.Stream(device={device!r}) inside a simulated rank (only CUDA streams "
+                                       "are modelled by simdist)")
+        index = dev.index if dev.index is not None else me.current_device
+        return AcceleratorStream(me.device(index).new_stream(priority))
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (_TORCH_STREAM, engine_streams.Stream))
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, (_TORCH_STREAM, engine_streams.Stream))
+
+
+_TORCH_STREAM = torch.Stream
+
+
+class TorchStream(metaclass=_StreamClass):
+    pass
+
+
 def _foreign_device_index():
     me = process_rank()
     if me is None:
@@ -188,4 +238,5 @@ def accelerator_patches():
     out = [(C, name, _in_rank(getattr(C, name), fn, foreign)) for name, (fn, foreign) in fns.items()
            if hasattr(C, name)]
     out.append((torch, "Event", TorchEvent))
+    out.append((torch, "Stream", TorchStream))
     return out

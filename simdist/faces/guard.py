@@ -24,6 +24,7 @@ import ctypes
 import hashlib
 import os
 import threading
+import time
 import warnings
 
 import torch
@@ -45,11 +46,40 @@ def _name():
     one name, and a process that loaded the other's (a missing symbol) ran without the guard, so CUDA futures
     ordered the current stream at get_future() and races behind them went unreported."""
     with open(_SOURCE, "rb") as f:
-        return "simdist_fake_cuda_guard_" + hashlib.sha1(f.read()).hexdigest()[:12]
+        # (the torch version too: a library built against another torch's headers must not be loaded as is)
+        return "simdist_fake_cuda_guard_" + hashlib.sha1(f.read() + torch.__version__.encode()).hexdigest()[:12]
 
 
 def _torch_has_cuda():
     return torch.version.cuda is not None or torch.backends.cuda.is_built()
+
+
+_STALE_LOCK_S = 300  # a build takes seconds; a lock this old was left by a process killed while building
+
+
+def _built_library():
+    """The library's path, built first if the cache lacks it. A library of this name in the cache was built from
+    this source for this torch (the name says so), so it is loaded without asking ninja: two checkouts on one
+    machine share the cache, and each ninja call from the other one rebuilt it under torch's file lock. A lock
+    left by a process killed while building would make every later import wait forever (torch's FileBaton polls
+    without a timeout): an old one is removed."""
+    from torch.utils import cpp_extension
+    name = _name()
+    try:
+        build = cpp_extension._get_build_directory(name, verbose=False)
+    except Exception:  # noqa: BLE001  (a private helper: if it moved, build as torch would)
+        build = None
+    if build is not None:
+        built = os.path.join(build, name + ".so")
+        if os.path.exists(built):
+            return built
+        lock = os.path.join(build, "lock")
+        try:
+            if time.time() - os.path.getmtime(lock) > _STALE_LOCK_S:
+                os.remove(lock)
+        except OSError:
+            pass
+    return cpp_extension.load(name, [_SOURCE], extra_cflags=["-O1"], is_python_module=False, verbose=False)
 
 
 def load(warn=True):
@@ -66,10 +96,7 @@ def load(warn=True):
             _reason = "SIMDIST_NO_AUTOGRAD is set"
             return False
         try:
-            from torch.utils import cpp_extension
-            path = cpp_extension.load(_name(), [_SOURCE], extra_cflags=["-O1"], is_python_module=False,
-                                      verbose=False)
-            lib = ctypes.CDLL(path)
+            lib = ctypes.CDLL(_built_library())
             lib.simdist_guard_set_enabled.argtypes = [ctypes.c_int]
             lib.simdist_guard_set_enabled.restype = ctypes.c_int
             lib.simdist_guard_enabled.restype = ctypes.c_int

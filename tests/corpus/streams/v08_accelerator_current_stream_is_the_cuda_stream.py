@@ -1,13 +1,15 @@
-"""Device-generic stream code (torch.accelerator, torch.Event: FSDP2's `torch.accelerator.current_stream()
-.wait_event(event)`, DDP's `event.wait(stream=torch.accelerator.current_stream())`) mixed with torch.cuda streams
-and events: inside `torch.cuda.stream(side)` the accelerator's current stream names the side stream (a generic
-torch.Stream with its id, not equal to the torch.cuda.Stream object: measured on an H200), the default
-stream's handle waits for a torch.cuda.Event, a torch.Event waits into a torch.cuda.Stream, and
-torch.accelerator.set_stream makes a CUDA stream current; every producer is ordered before its consumer.
+"""Device-generic stream code (torch.accelerator, torch.Event: DDP's `event.wait(stream=torch.accelerator
+.current_stream())`) mixed with torch.cuda streams and events: inside `torch.cuda.stream(side)` the accelerator's
+current stream names the side stream (a generic torch.Stream with its id, not equal to the torch.cuda.Stream
+object: measured on an H200), a torch.Event waits into a torch.cuda.Stream, and torch.accelerator.set_stream makes
+a CUDA stream current; those are ordered. One is not: the generic stream's `wait_event` of a torch.cuda.Event
+(the form of FSDP2's _fsdp_param_group.py:777, whose event comes from a torch.cuda.Stream's record_event) orders
+nothing, so `z = y + 1` may read y before the side stream wrote it.
 
-EXPECTED: clean
+EXPECTED: hazard
+KINDS: read-after-write
 WORLD_SIZE: 1
-REASON: torch/accelerator/__init__.py current_stream / set_stream over torch._C._accelerator_getStream / _accelerator_setStream (the device's current c10::Stream: on CUDA the stream torch.cuda.current_stream() names; torch.cuda.Stream is a torch.Stream); torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:777, torch/nn/parallel/distributed.py:1353 (torch 2.13).
+REASON: torch/accelerator/__init__.py current_stream / set_stream over torch._C._accelerator_getStream / _accelerator_setStream (the device's current c10::Stream: on CUDA the stream torch.cuda.current_stream() names; torch.cuda.Stream is a torch.Stream); torch/csrc/Stream.cpp THPStream_wait_event casts its argument to a THPEvent unchecked, and a torch.cuda.Event (THCPEvent : THPEvent) records only its own cuda_event, so the torch.Event part it waits on was never recorded: c10 InlineEvent::block returns at once. On an H200 (torch 2.11) this program failed its value check in the slow-side pass (2026-12-02), and the wait alone let a delayed producer be read early in 19 of 20 runs (notes L8).
 """
 import torch
 
@@ -34,7 +36,7 @@ def main():
         y = x * 2
         ev = torch.cuda.Event()
         ev.record()
-    torch.accelerator.current_stream().wait_event(ev)         # FSDP2's form
+    torch.accelerator.current_stream().wait_event(ev)         # BUG: a generic stream's wait of a torch.cuda.Event
     z = y + 1
 
     gev = torch.Event(device="cuda")
@@ -50,7 +52,8 @@ def main():
     v = w - 1                                                  # on side, after w in stream order
     torch.accelerator.set_stream(torch.cuda.default_stream())
     torch.accelerator.current_stream().wait_stream(side)
-    assert z.sum().item() == 3.0 * n and w.sum().item() == 9.0 * n and v.sum().item() == 8.0 * n
+    # 3, 9, 8 when ordered; 1, 3, 2 (or garbage) when z read y early, as on the H200's slow-side pass
+    print("z w v per element:", z.sum().item() / n, w.sum().item() / n, v.sum().item() / n)
 
 
 if __name__ == "__main__":
