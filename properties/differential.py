@@ -33,9 +33,22 @@ because a GPU and the CPU side legitimately differ there, is left out by name:
 - anything an alias on the CPU side would change: `.cpu()` / `.to("cpu")` of a CPU tensor is the tensor
   itself, so host tensors moved to the device are never used again, modules whose parameters view a flat
   buffer are not moved again, and `.cpu(memory_format=...)` is not drawn.
+Besides views, storage tricks, casts, modules and optimizers, the table draws what training and inference code
+does around them: advanced indexing and index_put_ / index_add_ / scatter_reduce_ with duplicate indices (one of
+the values a GPU may keep: the CPU's), boolean masks, sort / topk / argsort (stable) / kthvalue / unique /
+searchsorted / bucketize / repeat_interleave, losses in every reduction with their gradients, embedding with
+padding_idx / max_norm (the weight renormalized in place) and embedding_bag, integer division in each rounding
+mode, fp16 / bf16 reductions, in-place writes through expanded or overlapping views and view-vs-reshape after a
+transpose (the same exception type as eager, at the call, or none), `t.to(t.dtype) is t` and the like, copy_
+across dtypes. What a GPU does differently from eager CPU is not drawn and is checked by fixed tests against an
+H200's answers instead (integer division by zero, integer matmuls, unique's layouts, self-overlapping in-place
+writes, 0-dim host tensors where CUDA wrappers check devices). `random_programs()` / `check_random` test the
+random number generators for reproducibility, not values (below).
+
 Known differences of simdist, each with an xfail test in tests/test_differential.py, are not drawn: argument
 errors only a kernel raises (in-place ops, mm of mixed dtypes) surface when it runs, not at the call; a view of
-a tensor autograd tracks is replayed with its own op, not as_strided, after an in-place metadata op on its base.
+a tensor autograd tracks is replayed with its own op, not as_strided, after an in-place metadata op on its base;
+a gradient with several contributions is accumulated out of place (its version counter: losses copy theirs).
 """
 from __future__ import annotations
 
@@ -2091,3 +2104,169 @@ def check(prog, seed=0):
             where = " (the final state)"
         _fail(prog, f"values differ at out{path}{where}:\n  simulated: {_short(a)}\n  eager:     {_short(b_)}")
     return None
+
+
+# --- random numbers: reproducibility, not values ------------------------------------------------------------------
+# A GPU's Philox stream is not the CPU's mt19937, so random values cannot be compared; what both devices promise is
+# the structure: the same seed (torch.manual_seed, torch.cuda.manual_seed, a Generator's manual_seed), or a restored
+# state (get_rng_state / set_rng_state, fork_rng), gives the same numbers again, and anything else gives new ones.
+# `random_programs()` draws seeding events and random ops; `check_random` requires that (1) simdist's values do not
+# depend on its schedule seed (reads at launch: simdist/faces/rng.py) and (2) which pairs of draws of the same
+# op and shape are equal is the same under simdist as eagerly (and, run on a GPU, as there).
+def cseed(dev, k):
+    """torch.cuda.manual_seed on the GPU side; the CPU side has one generator: torch.manual_seed."""
+    if dev == "cuda":
+        torch.cuda.manual_seed(k)
+    else:
+        torch.manual_seed(k)
+
+
+def rng_state(dev):
+    return torch.cuda.get_rng_state() if dev == "cuda" else torch.get_rng_state()
+
+
+def set_rng_state(dev, s):
+    if dev == "cuda":
+        torch.cuda.set_rng_state(s)
+    else:
+        torch.set_rng_state(s)
+
+
+def fork(dev):
+    return torch.random.fork_rng(device_type="cuda") if dev == "cuda" else torch.random.fork_rng()
+
+
+_NS.update(cseed=cseed, rng_state=rng_state, set_rng_state=set_rng_state, fork=fork)
+_RANDOM_HEADER = ("from simdist.properties.differential import cseed, fork, rng_state, set_rng_state, side, snap\n"
+                  "import torch\n")
+_DRAWS = {"randn": "torch.randn({s}, device=dev{g})", "rand": "torch.rand({s}, device=dev{g})",
+          "randint": "torch.randint(0, 2**30, {s}, device=dev{g})",
+          "normal_": "torch.empty({s}, device=dev).normal_(1.0, 2.0{g})",
+          "uniform_": "torch.zeros({s}, device=dev).uniform_(-1, 1{g})",
+          "bernoulli": "torch.bernoulli(torch.full({s}, 0.5, device=dev){g})",
+          "randn_like": "torch.randn_like(torch.zeros({s}, device=dev))",
+          "dropout": "torch.nn.functional.dropout(torch.ones({s}, device=dev), 0.5)",
+          "multinomial": "torch.multinomial(torch.ones(64, device=dev), 24, replacement=True{g})",
+          "exponential_": "torch.empty({s}, device=dev).exponential_({g0})"}
+_NO_GENERATOR = ("randn_like", "dropout")
+
+
+class RandomProgram:
+    def __init__(self, lines, histories):
+        self.lines = lines
+        self.histories = histories  # per draw: (op and shape, the seeding it follows, the random ops since)
+        self.source = _RANDOM_HEADER + "def prog(dev):\n    out = []\n" + "".join(
+            "    " + ln + "\n" for ln in lines) + "    return out\n"
+        ns = dict(_NS)
+        exec(compile(self.source, "<simdist-random-program>", "exec"), ns)
+        self._fn = ns["prog"]
+        self.__name__ = self.__qualname__ = "prog"
+        self.__module__ = __name__
+
+    def __call__(self, dev):
+        return self._fn(dev)
+
+    def __repr__(self):
+        return self.source
+
+
+@st.composite
+def random_programs(draw, max_steps=12):
+    """Seeding events and random draws (64 elements or more each: two different draws never coincide), after a
+    first torch.manual_seed (an unseeded draw would depend on the process's history). Each draw's history is kept:
+    the seed its generator was last given (torch.manual_seed, torch.cuda.manual_seed and Generator.manual_seed of
+    one value start one stream) and the random ops it issued since (a state restored, or a fork_rng left, brings
+    its history back)."""
+    k0 = draw(st.integers(0, 3))
+    lines, gens, states, hist = [f"torch.manual_seed({k0})"], [], {}, {"default": (k0, ())}
+    histories = []
+
+    def draw_line(indent=""):
+        op = draw(st.sampled_from(sorted(_DRAWS)))
+        shape = draw(st.sampled_from([(64,), (8, 8), (4, 32)]))
+        g, src = "", "default"
+        if op not in _NO_GENERATOR and gens and draw(st.booleans()):
+            src = draw(st.sampled_from(gens))
+            g = f"generator={src}"
+        expr = _DRAWS[op].format(s=shape, g=", " + g if g else "", g0=g)
+        key = f"{op}{shape}"
+        seed, ops = hist[src]
+        histories.append((key, seed, ops))
+        hist[src] = (seed, ops + (key,))
+        return [f"{indent}r_ = {expr}", f"{indent}out.append(({key!r}, snap(r_)))"]
+
+    for _ in range(draw(st.integers(1, max_steps))):
+        kind = draw(st.sampled_from(["draw", "draw", "draw", "seed", "cseed", "generator", "gseed", "save", "restore",
+                                     "fork", "side"]))
+        k = draw(st.integers(0, 3))
+        if kind == "seed":
+            lines.append(f"torch.manual_seed({k})")
+            hist["default"] = (k, ())
+        elif kind == "cseed":
+            lines.append(f"cseed(dev, {k})")
+            hist["default"] = (k, ())
+        elif kind == "generator":
+            g = f"g{len(gens)}"
+            gens.append(g)
+            lines.append(f"{g} = torch.Generator(device=dev).manual_seed({k})")
+            hist[g] = (k, ())
+        elif kind == "gseed" and gens:
+            g = draw(st.sampled_from(gens))
+            lines.append(f"{g}.manual_seed({k})")
+            hist[g] = (k, ())
+        elif kind == "save":
+            name = f"s{len(states)}"
+            states[name] = hist["default"]
+            lines.append(f"{name} = rng_state(dev)")
+        elif kind == "restore" and states:
+            name = draw(st.sampled_from(sorted(states)))
+            lines.append(f"set_rng_state(dev, {name})")
+            hist["default"] = states[name]
+        elif kind == "fork":
+            saved = hist["default"]
+            lines.append("with fork(dev):")
+            lines += draw_line("    ")
+            hist["default"] = saved
+        elif kind == "side":
+            lines.append("with side(dev):")
+            lines += draw_line("    ")
+        else:
+            lines += draw_line()
+    return RandomProgram(lines, histories)
+
+
+def equality_pattern(out):
+    """For each pair of draws of one op and shape, whether they are equal."""
+    pat = []
+    for i, (ki, vi) in enumerate(out):
+        for j in range(i):
+            kj, vj = out[j]
+            if ki == kj:
+                pat.append((j, i, torch.equal(vi, vj)))
+    return pat
+
+
+def check_random(prog):
+    """Under simdist: draws that do not depend on the schedule seed; draws of one op and shape with one history
+    (the same seed, the same random ops since) equal, and with another seed different, as on a GPU and eagerly.
+    (Two histories from one seed with as many ops are equal under simdist, whose offset counts ops: whether they
+    are on a GPU depends on how far each op moves Philox's offset, which simdist does not model.) Eager CPU's draws
+    are held to the same: one history, the same values."""
+    import simdist
+    a = simdist.run(prog, args=("cuda",), seed=0).returns[0]
+    b = simdist.run(prog, args=("cuda",), seed=1).returns[0]
+    if [k for k, _ in a] != [k for k, _ in b] or not all(torch.equal(x, y) for (_, x), (_, y) in zip(a, b)):
+        _fail(prog, "simulated random numbers depend on the schedule seed")
+    eager = prog("cpu")
+    h = prog.histories
+    for i in range(len(h)):
+        for j in range(i):
+            if h[i][0] != h[j][0]:
+                continue
+            same = h[i] == h[j]
+            for side_, out in (("simulated", a), ("eager", eager)):
+                eq = torch.equal(out[i][1], out[j][1])
+                if same and not eq:
+                    _fail(prog, f"{side_}: draws {j} and {i} have one history {h[i]} but differ")
+            if h[i][1] != h[j][1] and torch.equal(a[i][1], a[j][1]):
+                _fail(prog, f"simulated: draws {j} and {i} follow different seeds {h[j][1]}, {h[i][1]} but are equal")

@@ -15,6 +15,19 @@ from ..engine.context import current_rank
 _Generator = torch.Generator
 
 
+# A device generator's CPU generator underneath is always seeded with the launch value of its next offset,
+# `_value(seed, offset)`, registered here: an op called with an explicit generator receives a plain
+# torch._C.Generator over the same C++ generator (not the SimGenerator), whose initial_seed() is that value, and
+# the registry gives back (seed, offset). So a torch.Generator(device="cuda").manual_seed(s) and the default
+# device generator seeded s draw the same stream, as two Philox generators with one seed do; before, an explicit
+# generator drew its launch seed from the CPU state instead (the differential tier's random programs).
+_STATES: dict = {}
+
+
+def _value(seed, off):
+    return (seed * 1_000_003 + off * 7919 + 1) % (2**63 - 1)
+
+
 class SimGenerator(_Generator):
     """torch.Generator(device="cuda") inside a simulated rank: a CPU generator that says it is on the device."""
 
@@ -25,59 +38,71 @@ class SimGenerator(_Generator):
             dev = torch.device("cuda", me.current_device if me is not None else 0)
         g = super().__new__(cls, device="cpu")
         g._sim_device = dev
-        g._sim_seed = g.initial_seed()
-        g._sim_offset = 0
+        if dev.type != "cpu":
+            g._place(int(_Generator.initial_seed(g)), 0)
         return g
+
+    def _place(self, seed, off):
+        v = _value(seed, off)
+        _STATES[v] = (seed, off)
+        _Generator.manual_seed(self, v)
+
+    @property
+    def _sim_seed(self):
+        return _STATES[_Generator.initial_seed(self)][0]
+
+    @property
+    def _sim_offset(self):
+        return _STATES[_Generator.initial_seed(self)][1]
 
     @property
     def device(self):
         return self._sim_device
 
     def manual_seed(self, seed):
-        super().manual_seed(seed)
-        self._sim_seed = int(seed)
-        self._sim_offset = 0
+        if self._sim_device.type == "cpu":
+            return super().manual_seed(seed)
+        self._place(int(seed), 0)
         return self
 
     def seed(self):
-        s = super().seed()
-        self._sim_seed = int(s)
-        self._sim_offset = 0
+        if self._sim_device.type == "cpu":
+            return super().seed()
+        s = int(_Generator().seed())
+        self._place(s, 0)
         return s
 
     def initial_seed(self):
-        return self._sim_seed if hasattr(self, "_sim_seed") else super().initial_seed()
+        if self._sim_device.type == "cpu":
+            return super().initial_seed()
+        return self._sim_seed
 
     def get_state(self):
-        """A CPU generator's own state. A device generator's: (seed, offset) in 16 bytes, like CUDA's Philox state,
-        then the CPU state underneath: torch hands an op a generator of its own wrapper (a plain
-        torch._C.Generator), so random ops called with an explicit generator draw their launch seed from that CPU
-        state (launch_seed), and a replay must restore its position too."""
+        """A CPU generator's own state. A device generator's: (seed, offset) in 16 bytes, like CUDA's Philox
+        state."""
         if self._sim_device.type == "cpu":
             return super().get_state()
-        head = torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
-        return torch.cat([head, super().get_state()])
+        return torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
 
     def set_state(self, state):
         if self._sim_device.type == "cpu":
             return super().set_state(state)
         seed, off = state[:16].view(torch.int64).tolist()
-        if state.numel() > 16:
-            super().set_state(state[16:].clone())
-        else:
-            super().manual_seed(seed)
-        self._sim_seed, self._sim_offset = int(seed), int(off)
+        self._place(int(seed), int(off))
         return self
 
 
 def launch_seed(gen):
     """The seed of the next random op launched with `gen` (advances its offset, as Philox does)."""
-    seed = getattr(gen, "_sim_seed", None)
-    if seed is None:  # a plain CPU generator handed to a device op: draw from it now, in launch order
+    key = _Generator.initial_seed(gen)
+    so = _STATES.get(key) if getattr(gen, "_sim_device", torch.device("cuda")).type != "cpu" else None
+    if so is None:  # a plain CPU generator handed to a device op: draw from it now, in launch order
         return int(torch.randint(0, 2**62, (1,), generator=gen))
-    off = gen._sim_offset
-    gen._sim_offset = off + 1
-    return (seed * 1_000_003 + off * 7919 + 1) % (2**63 - 1)
+    seed, off = so
+    v = _value(seed, off + 1)
+    _STATES[v] = (seed, off + 1)
+    _Generator.manual_seed(gen, v)  # (the plain wrapper and the SimGenerator share the C++ generator)
+    return key
 
 
 def generator_for(seed):
