@@ -312,6 +312,17 @@ def _dt(d):
     return _DT[d]
 
 
+def _shares_elements(t):
+    if not isinstance(t, torch.Tensor) or t.numel() < 2 or any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride())):
+        return False
+    if t.is_contiguous():
+        return False
+    idx = torch.zeros((), dtype=torch.int64)
+    for n, st in zip(t.shape, t.stride()):
+        idx = idx.unsqueeze(-1) + torch.arange(n) * st
+    return idx.unique().numel() < t.numel()
+
+
 class _Builder:
     def __init__(self, draw):
         self.draw = draw
@@ -410,8 +421,11 @@ class _Builder:
         return f"{prefix}{self.counter}"
 
     def pick(self, kind, pred=None, whole=False):
+        # (never a view whose elements share memory without a zero stride, from unfold / as_strided: an in-place
+        # op through it reads before it writes on a GPU, not in the CPU loop; tests/test_differential.py
+        # test_an_in_place_op_through_a_self_overlapping_view_reads_before_it_writes)
         names = [n for n, k in self.kinds.items() if k == kind and (pred is None or pred(self.ns[n]))
-                 and not (whole and n in self.holey)]
+                 and not (whole and n in self.holey) and not _shares_elements(self.ns[n])]
         if not names:
             return None
         return self.draw(st.sampled_from(names))
@@ -726,10 +740,10 @@ def _data_dependent(b):
         return None
     n = b.name("t")
     form = b.choice(["{x}.nonzero()", "{x}[{x} > 0]", "torch.masked_select({x}, {x} != 0)",
-                     "torch.unique({x}).clone()", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1].clone()",
+                     "torch.unique({x}).clone(memory_format=torch.contiguous_format)", "torch.argwhere({x})", "torch.unique({x}, return_counts=True)[1].clone(memory_format=torch.contiguous_format)",
                      "torch.where({x} != 0)[0]", "{x}.nonzero(as_tuple=True)[-1]" if b.t(x).dim() else "{x}.nonzero()",
                      "torch.unique_consecutive({x})", "{x}.flatten().bincount()" if not b.t(x).dtype.is_floating_point
-                     and b.t(x).dtype != torch.bool else "torch.unique({x}, sorted=True).clone()"])
+                     and b.t(x).dtype != torch.bool else "torch.unique({x}, sorted=True).clone(memory_format=torch.contiguous_format)"])
     return Step("data_dependent", f"{n} = " + form.format(x=x), {n: "dev"}, after=lambda: b.holey.add(n))
 
 
@@ -1278,8 +1292,8 @@ def _sort_search(b):
              f"torch.topk({x}, {k}, {d}).indices", f"{x}.argsort({d}, stable=True, descending={b.boolean()})",
              f"torch.sort({x}, {d}, descending=True, stable=True).indices", f"{x}.kthvalue({k}, {d}).values",
              f"{x}.kthvalue({k}, {d}, keepdim=True).indices", f"torch.msort({x})",
-             f"torch.unique({x}, return_inverse=True)[1]", f"torch.unique({x}, dim={d}).clone()",
-             f"torch.unique_consecutive({x}, return_counts=True, dim={d})[1].clone()",
+             f"torch.unique({x}, return_inverse=True)[1]", f"torch.unique({x}, dim={d}).clone(memory_format=torch.contiguous_format)",
+             f"torch.unique_consecutive({x}, return_counts=True, dim={d})[1].clone(memory_format=torch.contiguous_format)",
              f"torch.repeat_interleave({x}, 2, {d})"]
     if t.dtype != torch.bool:
         bnd = sorted(b.integers(-3, 3) for _ in range(b.integers(1, 4)))
@@ -1578,7 +1592,8 @@ def _channels_last(b):
     src = b.fresh_dev(shape, b.dtype(FLOATS))
     form = b.choice(["{s}.contiguous(memory_format=torch.channels_last)", "{s}.to(memory_format=torch.channels_last)",
                      "{s}.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)",
-                     "torch.nn.functional.avg_pool2d({s}.contiguous(memory_format=torch.channels_last), 1)"])
+                     "torch.nn.functional.avg_pool2d({s}.float().contiguous(memory_format=torch.channels_last), 1)"])
+    # (float: CUDA's avg_pool2d has no integer kernel, rules/meta_fixes.py)
     return Step("channels_last", f"{n} = " + form.format(s=src), {n: "dev"})
 
 

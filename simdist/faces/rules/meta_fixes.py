@@ -103,7 +103,8 @@ _C10_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", tor
 _NO_CUDA_INTEGER_KERNEL = {aten.mm.default: "addmm_cuda", aten.addmm.default: "addmm_cuda",
                            aten.addbmm.default: "addmm_cuda", aten.bmm.default: "baddbmm_cuda",
                            aten.baddbmm.default: "baddbmm_cuda", aten.mv.default: "addmv_impl_cuda",
-                           aten.addmv.default: "addmv_impl_cuda", aten.dot.default: "dot", aten.vdot.default: "dot"}
+                           aten.addmv.default: "addmv_impl_cuda", aten.dot.default: "dot", aten.vdot.default: "dot",
+                           aten.avg_pool2d.default: "avg_pool2d_out_cuda_frame"}  # (the H200 too, for int64)
 
 
 def _no_cuda_integer_kernel(kernel):
