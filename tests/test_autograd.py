@@ -450,3 +450,28 @@ def test_guard_library_named_by_its_source(tmp_path, monkeypatch):
     other.write_text(open(guard._SOURCE).read() + "\n// another version\n")
     monkeypatch.setattr(guard, "_SOURCE", str(other))
     assert guard._name() != here
+
+
+@needs_guard
+@pytest.mark.parametrize("forward_on_side", [False, True])
+def test_an_exception_from_a_hook_reaches_the_program(forward_on_side):
+    """Rule: an exception raised in a tensor hook propagates out of backward() to the caller (torch/csrc/autograd/
+    python_hook.cpp), also when the node ran on another stream than the caller's: the engine restores its stream
+    while the exception unwinds, and the fake guard's callbacks then run with the Python error still pending
+    (csrc/fake_cuda_guard.cpp preserving_error; before, the run died with SystemError)."""
+    def fn():
+        w = torch.ones(8, device="cuda", requires_grad=True)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side if forward_on_side else torch.cuda.current_stream()):
+            y = w * 2
+
+        def boom(g):
+            raise ValueError("from the hook")
+        y.register_hook(boom)
+        try:
+            y.sum().backward()
+        except ValueError as e:
+            return str(e)
+        return None
+    assert simdist.run(fn).returns == ["from the hook"]

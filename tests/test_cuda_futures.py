@@ -45,15 +45,26 @@ def test_a_work_future_orders_only_where_it_is_waited(how, racy):
             assert {h.kind for h in res.hazards} == {"read-after-write"}
 
 
-def test_a_then_callback_runs_on_a_pool_stream():
-    def prog():
-        x = torch.ones(8, device="cuda")
-        seen = []
-        fut = dist.all_reduce(x, async_op=True).get_future()
-        child = fut.then(lambda f: seen.append(torch.cuda.current_stream()) or f.value()[0])
-        child.wait()
-        return "/pool" in seen[0].name and seen[0] != torch.cuda.current_stream()
-    assert simdist.run(prog, world_size=2).returns == [True, True]
+def _then_callback_stream():
+    x = torch.ones(8, device="cuda")
+    seen = []
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    child = fut.then(lambda f: seen.append(torch.cuda.current_stream()) or f.value()[0])
+    child.wait()
+    later = [torch.cuda.Stream() for _ in range(32)]
+    return seen[0] != torch.cuda.current_stream(), later[-1] == seen[0], seen[0].name
+
+
+def test_a_then_callback_runs_on_a_stream_of_the_devices_pool():
+    """Rule (ivalue_inl.h invokeCallback: getStreamFromGlobalPool; c10/cuda/CUDAStream.cpp: one round-robin pool of
+    32 streams per priority per device, the pool torch.cuda.Stream() takes from): the callback runs on a pool stream,
+    not the current one, and the 32nd torch.cuda.Stream() after it is that stream again. The choice is per rank and
+    device, so a program's digest is the same at every run in one process and in rank processes (it was one counter
+    for the whole process: another run's callbacks moved it)."""
+    res = simdist.run(_then_callback_stream, world_size=2, check_determinism=True)
+    assert [r[:2] for r in res.returns] == [(True, True), (True, True)]
+    again = simdist.run(_then_callback_stream, world_size=2)
+    assert again.digest == res.digest and again.returns == res.returns
 
 
 def _generic_event(wait):

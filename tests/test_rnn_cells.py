@@ -90,3 +90,26 @@ def test_a_cell_is_one_kernel_on_the_current_stream():
         return fn
     assert any(h.kind == "read-after-write" for h in simdist.run(prog(False)).hazards)
     assert not simdist.run(prog(True)).hazards
+
+
+@needs_guard
+def test_cell_kernel_contracts_as_rnn_cu():
+    """Rule (aten/src/ATen/native/cuda/RNN.cu): the GRU workspace is [r, z, n, hx, hn + b_hn]; the LSTM backward
+    with neither grad_hy nor grad_cy defined returns three undefined tensors."""
+    aten = torch.ops.aten
+
+    def fn():
+        ig = torch.zeros(2, 9, device="cuda")
+        hg = torch.zeros(2, 9, device="cuda")
+        hx = torch.full((2, 3), 7.0, device="cuda")
+        hb = torch.arange(9.0, device="cuda")
+        hy, ws = aten._thnn_fused_gru_cell(ig, hg, hx, None, hb)
+        cx = torch.zeros(2, 3, device="cuda")
+        _, cy, lws = aten._thnn_fused_lstm_cell(torch.zeros(2, 12, device="cuda"), torch.zeros(2, 12, device="cuda"), cx)
+        grads = aten._thnn_fused_lstm_cell_backward_impl(None, None, cx, cy, lws, True)
+        return ws[:, 9:12].cpu(), ws[:, 12:15].cpu(), [g is None for g in grads]
+    res = simdist.run(fn)
+    hx_slot, hn_slot, undefined = res.returns[0]
+    assert torch.equal(hx_slot, torch.full((2, 3), 7.0))
+    assert torch.equal(hn_slot, torch.tensor([6.0, 7.0, 8.0]).expand(2, 3))
+    assert undefined == [True, True, True]

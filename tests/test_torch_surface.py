@@ -1008,3 +1008,29 @@ def test_torch_stream_inside_a_run_is_a_simulated_stream():
     assert not res.hazards, res.report()
     assert res.returns[0] == (3.0 * n, True)
     assert torch.Stream(device="cpu") is not None  # outside a run: torch's own
+
+
+def test_generic_record_event_records_the_torch_event_part():
+    """Rule (torch/csrc/Stream.cpp THPStream_record_event): a generic stream's record_event() makes a torch.Event;
+    given a torch.cuda.Event it records the event's torch.Event part, which a generic stream's wait_event waits and
+    torch.cuda.Stream.wait_event (the CUDA part, never recorded) does not."""
+    n = 1 << 14
+
+    def prog(given, waiter):
+        def fn():
+            x = torch.ones(n, device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                y = x * 2
+                gen = torch.accelerator.current_stream()
+                ev = gen.record_event(torch.cuda.Event()) if given else gen.record_event()
+            w = torch.accelerator.current_stream() if waiter == "generic" else torch.cuda.current_stream()
+            w.wait_event(ev)
+            return (y + 1).sum().item()
+        return fn
+    for given, waiter in ((False, "generic"), (False, "cuda"), (True, "generic")):
+        res = simdist.run(prog(given, waiter))
+        assert not res.hazards, (given, waiter, res.report())
+        assert res.returns[0] == 3.0 * n
+    assert [h.kind for h in simdist.run(prog(True, "cuda")).hazards] == ["read-after-write"]

@@ -50,6 +50,10 @@ class Rank:
         # the rank's own engine
         self.streams = []
         self.stream_by_id = {}  # Stream.id -> the stream (how torch's C++ side names it: simdist/faces/guard_events.py)
+        # the torch face's backward-pass bookkeeping (simdist/faces/guard_events.py in_backward)
+        self.backward_depth = 0
+        self.backward_made = None
+        self.backward_keys = None
         self._stream_ids = 0
         self.queue = EventQueue()
         self.tokens = clocks.TokenTable()

@@ -72,11 +72,15 @@ class AcceleratorStream(torch.Stream):
     def wait_event(self, event):
         """torch.Stream.wait_event reads its argument as a torch.Event (torch/csrc/Stream.cpp THPStream_wait_event:
         `reinterpret_cast<THPEvent*>`, no type check). A torch.cuda.Event is one by inheritance (THCPEvent :
-        THPEvent) but records into its own `cuda_event`: the torch.Event part is never recorded, and a wait on a
+        THPEvent) with a CUDA event of its own: the generic stream waits the torch.Event part, which only a generic
+        stream's record_event(event) records (below); torch.cuda.Event.record never does, and a wait on a
         never-recorded event returns at once (c10 InlineEvent::block). So a generic stream's wait on a
-        torch.cuda.Event orders nothing: on an H200 (torch 2.11) 19 of 20 delayed runs read the producer's
-        output early (notes L8). Waits on torch.Events, and torch.cuda.Stream.wait_event, order as usual."""
+        torch.cuda.Event recorded the torch.cuda way orders nothing: on an H200 (torch 2.11) 28 of 30 delayed runs
+        read the producer's output early (notes L8, ci/gpu_stream_event_pairs.py)."""
         if isinstance(event, _cuda.Event) and not isinstance(event, Event):
+            generic = getattr(event, "_generic_part", None)
+            if generic is not None:
+                self._sim.wait_event(generic)
             return
         self._sim.wait_event(event)
 
@@ -84,7 +88,19 @@ class AcceleratorStream(torch.Stream):
         self._sim.wait_stream(sim_stream(current_rank(), stream))
 
     def record_event(self, event=None):
-        return self._sim.record_event(event)
+        """torch.Stream.record_event (Stream.cpp THPStream_record_event): a new torch.Event when none is given;
+        given a torch.cuda.Event, it records the event's torch.Event part, which torch.cuda's own wait, query and
+        synchronize never look at (they use its CUDA event), while a generic stream's wait_event does."""
+        if event is None:
+            event = Event()
+        elif isinstance(event, _cuda.Event) and not isinstance(event, Event):
+            part = getattr(event, "_generic_part", None)
+            if part is None:
+                part = event._generic_part = Event()
+            part.record(self._sim)
+            return event
+        event.record(self._sim)
+        return event
 
     def query(self):
         return self._sim.query()

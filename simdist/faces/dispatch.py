@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..engine.context import current_rank, live_ranks, outside_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch, launch_kernel
-from . import guard_events, rng, sync_debug
+from . import rng, sync_debug
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
 from .op_rules import SPEC_FIXES, rule_for
 from .probe import check_inplace, probe_specs, refuse_on_zeros
@@ -713,8 +713,8 @@ def _fast_functional(me, info, args):
         out._span = None
     ref = _ref(out)
     alloc.views.append(ref)  # (a fresh allocation: no dead views to forget)
-    made = guard_events.backward_made
-    if made is not None:  # a backward pass may record_stream it (guard_events.record_data)
+    made = me.backward_made
+    if made is not None:  # a backward pass may record_stream it (guard_events._record_data)
         made.append(ref)
     launch_kernel(me, stream, info.name, partial(info.out_op, *cargs, out=inner), sims, out, nbytes + lnb,
                   _flops(info.name, sims, (out,)) if info.name in _MM else 0, skip=4)

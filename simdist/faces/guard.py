@@ -57,6 +57,21 @@ def _torch_has_cuda():
 _STALE_LOCK_S = 300  # a build takes seconds; a lock this old was left by a process killed while building
 
 
+def _build():
+    from torch.utils import cpp_extension
+    return cpp_extension.load(_name(), [_SOURCE], extra_cflags=["-O1"], is_python_module=False, verbose=False)
+
+
+def _open_library():
+    """The loaded library: the cached one, or, if that does not load (another process still linking it), the one
+    torch's build (under its lock) leaves."""
+    path = _built_library()
+    try:
+        return ctypes.CDLL(path)
+    except OSError:
+        return ctypes.CDLL(_build())
+
+
 def _built_library():
     """The library's path, built first if the cache lacks it. A library of this name in the cache was built from
     this source for this torch (the name says so), so it is loaded without asking ninja: two checkouts on one
@@ -79,7 +94,7 @@ def _built_library():
                 os.remove(lock)
         except OSError:
             pass
-    return cpp_extension.load(name, [_SOURCE], extra_cflags=["-O1"], is_python_module=False, verbose=False)
+    return _build()
 
 
 def load(warn=True):
@@ -96,7 +111,7 @@ def load(warn=True):
             _reason = "SIMDIST_NO_AUTOGRAD is set"
             return False
         try:
-            lib = ctypes.CDLL(_built_library())
+            lib = _open_library()
             lib.simdist_guard_set_enabled.argtypes = [ctypes.c_int]
             lib.simdist_guard_set_enabled.restype = ctypes.c_int
             lib.simdist_guard_enabled.restype = ctypes.c_int

@@ -36,11 +36,10 @@ POOL_BASE = 1 << 56  # csrc/fake_cuda_guard.cpp kPoolBase
 _markers = {}  # event id -> marker op (ids are unique in this process)
 _ids = itertools.count(1)
 _local = threading.local()  # .completing: (device index, marker) while a Work's future is being completed
-# Tensors made while a backward pass runs, so recordDataPtrOnStream's key can be mapped back to one (their C++
-# storages hold no data: csrc/fake_cuda_guard.cpp). None outside backward; see in_backward.
-backward_made = None
-_by_key = {}  # storage key -> weak reference to the tensor (filled from backward_made on demand)
-_depth = 0
+# Each rank's backward-pass bookkeeping (Rank.backward_depth, .backward_made: tensors made meanwhile, .backward_keys:
+# storage key -> weak reference): the tensors made while a backward pass runs, so recordDataPtrOnStream's key can be mapped back to one
+# (their C++ storages hold no data: csrc/fake_cuda_guard.cpp). Per rank, so that rank threads of one process see
+# what rank processes see. SimTensor's constructors append to `made` of their device's rank while it is not None.
 
 
 @contextlib.contextmanager
@@ -55,21 +54,21 @@ def completing(device, marker):
 
 
 @contextlib.contextmanager
-def in_backward(tensors):
-    """While autograd runs a backward pass: the tensors it may record_stream (`tensors`: roots and initial
+def in_backward(rank, tensors):
+    """While autograd runs a backward pass in `rank`: the tensors it may record_stream (`tensors`: roots and initial
     gradients; the ones made meanwhile are collected by SimTensor's constructors)."""
-    global backward_made, _depth
-    if _depth == 0:
-        backward_made = []
-    _depth += 1
-    backward_made.extend(weakref.ref(t) for t in tensors)
+    if rank.backward_depth == 0:
+        rank.backward_made = []
+        rank.backward_keys = {}
+    rank.backward_depth += 1
+    rank.backward_made.extend(weakref.ref(t) for t in tensors)
     try:
         yield
     finally:
-        _depth -= 1
-        if _depth == 0:
-            backward_made = None
-            _by_key.clear()
+        rank.backward_depth -= 1
+        if rank.backward_depth == 0:
+            rank.backward_made = None
+            rank.backward_keys = None
 
 
 _lib = None  # the guard's library (simdist/faces/guard.py load: bind)
@@ -85,19 +84,25 @@ def _storage_key(tensor):
     return _lib.simdist_guard_storage_key(tensor._cdata) or 0
 
 
-def _tensor_of(key):
-    ref = _by_key.get(key)
+def _tensor_of(rank, key):
+    keys, made = rank.backward_keys, rank.backward_made
+    if keys is None:
+        return None
+    ref = keys.get(key)
     t = ref() if ref is not None else None
     if t is not None and _storage_key(t) == key:
         return t
-    if backward_made:
-        pending, backward_made[:] = list(backward_made), []
+    t = None
+    if made:
+        pending, made[:] = list(made), []
         for r in pending:
             u = r()
             if u is not None:
-                _by_key[_storage_key(u)] = r
-        ref = _by_key.get(key)
+                keys[_storage_key(u)] = r
+        ref = keys.get(key)
         t = ref() if ref is not None else None
+        if t is not None and _storage_key(t) != key:
+            t = None
     return t
 
 
@@ -197,9 +202,17 @@ def _record_data(rank, key, device, sid):
     the tensors made during the backward pass (and its roots and initial gradients); a storage simdist cannot
     name (a Future's value made before) keeps its allocation stream only, as before this was modelled: that can
     only report a reuse a GPU would have delayed, never hide a race."""
-    t = _tensor_of(key)
+    t = _tensor_of(rank, key)
     if t is not None and t._alloc is not None:
         t._alloc.record_stream(_stream(rank, device, sid))
+
+
+@_guarded(0)
+def _pool(rank, device, priority):
+    """getStreamFromGlobalPool / getNewStream (a CUDA Future's then() callback stream, torch.Stream()): the next
+    stream of the device's pool, the one torch.cuda.Stream() takes from (c10/cuda/CUDAStream.cpp getStreamFromPool),
+    so the choice is per rank and device, as each process's c10 counter is."""
+    return rank.device(device).new_stream(priority).id
 
 
 @_guarded(None)
@@ -216,7 +229,8 @@ class Callbacks(ctypes.Structure):
                 ("exchange", ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int64)),
                 ("synchronize_device", ctypes.CFUNCTYPE(None, ctypes.c_int)),
                 ("current", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int)),
-                ("record_data", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64))]
+                ("record_data", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64)),
+                ("pool", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int))]
 
 
 def callbacks():
@@ -225,4 +239,4 @@ def callbacks():
     return Callbacks(f["record"](_record), f["block"](_block), f["query"](_query),
                      f["synchronize_event"](_synchronize_event), f["destroy"](_destroy),
                      f["exchange"](_exchange), f["synchronize_device"](_synchronize_device),
-                     f["current"](_current), f["record_data"](_record_data))
+                     f["current"](_current), f["record_data"](_record_data), f["pool"](_pool))

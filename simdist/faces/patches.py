@@ -429,7 +429,7 @@ def _engine_run_backward(*args, **kwargs):
     prev = torch._C._is_multithreading_enabled()
     torch._C._set_multithreading_enabled(False)
     try:
-        with guard_events.in_backward(given):
+        with guard_events.in_backward(me, given):
             return _orig_engine_run_backward(*args, **kwargs)
     finally:
         torch._C._set_multithreading_enabled(prev)

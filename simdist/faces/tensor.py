@@ -18,7 +18,6 @@ import torch
 from ..engine.context import current_rank
 from ..engine.errors import UnsupportedOperation
 from . import guard
-from . import guard_events
 
 _ref = weakref.ref
 _router = None  # dispatch_outside of simdist/faces/dispatch.py: where ops on simulated tensors go
@@ -79,8 +78,8 @@ class SimTensor(torch.Tensor):
         views = alloc.views
         ref = _ref(r)
         views.append(ref)  # a storage resize moves every view of the bytes (rebind_views)
-        made = guard_events.backward_made
-        if made is not None:  # a backward pass may record_stream it (guard_events.record_data)
+        made = dev.owner.backward_made
+        if made is not None:  # a backward pass may record_stream it (guard_events._record_data)
             made.append(ref)
         if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # at powers of two: forget the dead
             views[:] = [v for v in views if v() is not None]

@@ -29,6 +29,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <Python.h>
+
 #include <atomic>
 #include <typeinfo>
 
@@ -51,14 +53,39 @@ struct Callbacks {
   void (*synchronize_device)(int device);
   int64_t (*current)(int device, int which);  // the id of the rank's current (which=0) or default (1) stream
   void (*record_data)(const void* key, int device, int64_t stream);  // record_stream of the storage at `key`
+  int64_t (*pool)(int device, int priority);  // the device's next pool stream (the pool torch.cuda.Stream() takes from)
 };
 std::atomic<const Callbacks*> g_callbacks{nullptr};
 std::atomic<int64_t> g_next_pool{0};
 
 inline const Callbacks* callbacks() { return g_callbacks.load(std::memory_order_acquire); }
+
+// Calls a simdist callback with any pending Python error set aside: torch's C++ can call the guard while an
+// exception from Python unwinds (a tensor hook that raised: python_hook.cpp throws with the error indicator still
+// set, and the node's stream guard restores its stream on the way out), and a ctypes callback run with an error
+// set fails at its first C call (SystemError), which would replace the program's own exception.
+template <typename F>
+inline auto preserving_error(F f) -> decltype(f()) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  struct Restore {
+    PyObject *t, *v, *b;
+    PyGILState_STATE g;
+    ~Restore() {
+      PyErr_Restore(t, v, b);
+      PyGILState_Release(g);
+    }
+  } restore{type, value, tb, gil};
+  return f();
+}
 inline int64_t event_id(void* event) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(event)); }
 inline c10::Stream stream_of(c10::Device d, int64_t id) { return c10::Stream(c10::Stream::UNSAFE, d, id); }
-inline c10::Stream pool_stream(c10::Device d) { return stream_of(d, kPoolBase + (g_next_pool++ % kPoolStreams)); }
+inline c10::Stream pool_stream(c10::Device d, int priority) {
+  auto cb = callbacks();
+  int64_t id = cb ? preserving_error([&] { return cb->pool(d.index() >= 0 ? d.index() : t_device, priority); }) : 0;
+  return stream_of(d, id != 0 ? id : kPoolBase + (g_next_pool++ % kPoolStreams));
+}
 // The answers of callbacks()->current, cached per thread until simdist changes any rank's current streams or
 // devices (simdist_guard_streams_changed bumps the epoch): autograd asks for every tensor it records.
 std::atomic<uint64_t> g_epoch{1};
@@ -67,10 +94,10 @@ thread_local uint64_t t_answer_epoch[2][kDeviceCount] = {};
 inline int64_t rank_stream(c10::DeviceIndex i, int which) {
   auto cb = callbacks();
   if (!cb) return 0;
-  if (i < 0 || i >= kDeviceCount) return cb->current(i, which);
+  if (i < 0 || i >= kDeviceCount) return preserving_error([&] { return cb->current(i, which); });
   uint64_t e = g_epoch.load(std::memory_order_acquire);
   if (t_answer_epoch[which][i] != e) {
-    t_answer[which][i] = cb->current(i, which);
+    t_answer[which][i] = preserving_error([&] { return cb->current(i, which); });
     t_answer_epoch[which][i] = e;
   }
   return t_answer[which][i];
@@ -108,13 +135,13 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     check_enabled();
     return stream_of(d, rank_stream(d.index() >= 0 ? d.index() : t_device, 1));
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority) const override {
     check_enabled();
-    return pool_stream(d);
+    return pool_stream(d, isHighPriority ? -1 : 0);
   }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
     check_enabled();
-    return pool_stream(d);
+    return pool_stream(d, priority);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     check_enabled();
@@ -122,7 +149,7 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     int64_t old = rank_stream(i, 0);
     if (old != s.id()) {
       if (auto cb = callbacks()) {
-        cb->exchange(i, s.id());  // (bumps the epoch)
+        preserving_error([&] { cb->exchange(i, s.id()); });  // (bumps the epoch)
         if (i >= 0 && i < kDeviceCount && s.id() != 0) {
           t_answer[0][i] = s.id();
           t_answer_epoch[0][i] = g_epoch.load(std::memory_order_acquire);
@@ -132,24 +159,25 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return stream_of(s.device(), old);
   }
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
-    if (auto cb = callbacks(); cb && event) cb->destroy(event_id(event));
+    if (auto cb = callbacks(); cb && event) preserving_error([&] { cb->destroy(event_id(event)); });
   }
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex /*device_index*/,
               const c10::EventFlag /*flag*/) const override {
     check_enabled();
     if (auto cb = callbacks()) {
-      int64_t id = cb->record(event_id(*event), stream.device_index(), stream.id());
+      int64_t id = preserving_error([&] { return cb->record(event_id(*event), stream.device_index(), stream.id()); });
       *event = reinterpret_cast<void*>(static_cast<intptr_t>(id));
     }
   }
   void block(void* event, const c10::Stream& stream) const override {
     check_enabled();
-    if (auto cb = callbacks(); cb && event) cb->block(event_id(event), stream.device_index(), stream.id());
+    if (auto cb = callbacks(); cb && event)
+      preserving_error([&] { cb->block(event_id(event), stream.device_index(), stream.id()); });
   }
   bool queryEvent(void* event) const override {
     check_enabled();
     auto cb = callbacks();
-    return !(cb && event) || cb->query(event_id(event)) != 0;
+    return !(cb && event) || preserving_error([&] { return cb->query(event_id(event)); }) != 0;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return g_enabled.load(std::memory_order_relaxed) ? kDeviceCount : 0;
@@ -161,24 +189,27 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream& stream) const override {
     check_enabled();
     if (auto cb = callbacks()) {
-      int64_t id = cb->record(0, stream.device_index(), stream.id());
-      cb->synchronize_event(id);
-      cb->destroy(id);
+      preserving_error([&] {
+        int64_t id = cb->record(0, stream.device_index(), stream.id());
+        cb->synchronize_event(id);
+        cb->destroy(id);
+      });
     }
   }
   void synchronizeEvent(void* event) const override {
     check_enabled();
-    if (auto cb = callbacks(); cb && event) cb->synchronize_event(event_id(event));
+    if (auto cb = callbacks(); cb && event) preserving_error([&] { cb->synchronize_event(event_id(event)); });
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     check_enabled();
-    if (auto cb = callbacks()) cb->synchronize_device(device_index);
+    if (auto cb = callbacks()) preserving_error([&] { cb->synchronize_device(device_index); });
   }
   // Tensor.record_stream as autograd's InputBuffer does it for a gradient used on another stream
   // (record_stream_any_impl): a simulated tensor's C++ storage holds no data, so the DataPtr's address (a member
   // of the StorageImpl, one per tensor) names it; simdist maps it back to the tensor (guard_events.py).
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
-    if (auto cb = callbacks()) cb->record_data(&data_ptr, stream.device_index(), stream.id());
+    if (auto cb = callbacks())
+      preserving_error([&] { cb->record_data(&data_ptr, stream.device_index(), stream.id()); });
   }
 };
 

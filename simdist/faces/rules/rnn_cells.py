@@ -8,7 +8,8 @@ ATen's recurrent layers (aten/src/ATen/native/RNN.cpp, LSTMCell / GRUCell) compu
 derivatives.yaml as the cells' gradients). Each rule here is that one kernel on the current stream, with the
 kernel's arithmetic in its order (gates summed input + hidden + input bias + hidden bias, in the accumulation type:
 float32 for half and bfloat16) and its workspace layout (LSTM: the four activated gates; GRU: reset, input and new
-gates, the hidden new-gate pre-activation and hx), so its backward reads what its forward wrote. Rounding differs
+gates, hx, and the hidden new-gate pre-activation with its bias), so its backward reads what its forward wrote;
+bias gradients are the sums of the gate gradients as stored (a second reduction, as the kernels' callers do). Rounding differs
 from eager CPU's cell (which adds the biases inside `linear`) as any two kernels' do.
 
 simdist models no cuDNN (torch.backends.cudnn reports it absent), so the recurrent layers take this path, the one a
@@ -92,6 +93,8 @@ def _lstm_cell_backward(me, func, args, kwargs):
     undefined: zero), cx, cy and the forward's workspace."""
     a = dict(zip([x.name for x in func._schema.arguments], args), **kwargs)
     b, h = a["cx"].shape
+    if a["grad_hy"] is None and a["grad_cy"] is None:
+        return None, None, None  # RNN.cu _thnn_fused_lstm_cell_backward_impl_cuda: all undefined, no kernel
 
     def compute(grad_hy, grad_cy, cx, cy, workspace, has_bias):
         acc = _acc(cx.dtype)
@@ -104,14 +107,14 @@ def _lstm_cell_backward(me, func, args, kwargs):
         gig = gcx * cg * (1 - ig) * ig
         gfg = gcx * cx.to(acc) * (1 - fg) * fg
         gcg = gcx * ig * (1 - cg * cg)
-        grad_gates = torch.cat([gig, gfg, gcg, gog], 1)
+        grad_gates = torch.cat([gig, gfg, gcg, gog], 1).to(cx.dtype)
         return grad_gates, gcx * fg, grad_gates.sum(0) if has_bias else None
     return _kernel(me, func, args, kwargs, [(b, 4 * h), (b, h), (4 * h,) if a["has_bias"] else None], compute)
 
 
 @register(aten._thnn_fused_gru_cell.default)
 def _gru_cell(me, func, args, kwargs):
-    """(hy, workspace (B, 5H)) from input_gates, hidden_gates (B, 3H), hx (B, H) and the optional biases (3H)."""
+    """(hy, workspace (B, 5H): r, z, n, hx, hn + b_hn) from input_gates, hidden_gates (B, 3H), hx (B, H) and the optional biases (3H)."""
     a = dict(zip([x.name for x in func._schema.arguments], args), **kwargs)
     b, h = a["hx"].shape
 
@@ -126,7 +129,7 @@ def _gru_cell(me, func, args, kwargs):
         ng = torch.tanh(inn + b1[2] + rg * hn)
         hx = hx.to(acc)
         hy = ng + ig * (hx - ng)
-        return hy, torch.cat([rg, ig, ng, hn, hx], 1)
+        return hy, torch.cat([rg, ig, ng, hx, hn], 1)
     return _kernel(me, func, args, kwargs, [(b, h), (b, 5 * h)], compute)
 
 
@@ -139,14 +142,14 @@ def _gru_cell_backward(me, func, args, kwargs):
 
     def compute(grad_hy, workspace, has_bias):
         acc = _acc(grad_hy.dtype)
-        rg, ig, ng, hn, hx = _gates(workspace, 5, acc)
+        rg, ig, ng, hx, hn = _gates(workspace, 5, acc)
         g = grad_hy.to(acc)
         gig = g * (hx - ng) * (1 - ig) * ig
         ghx = g * ig
         gin = g * (1 - ig) * (1 - ng * ng)
         ghn = gin * rg
         grg = gin * hn * (1 - rg) * rg
-        gi, gh = torch.cat([grg, gig, gin], 1), torch.cat([grg, gig, ghn], 1)
+        gi, gh = torch.cat([grg, gig, gin], 1).to(grad_hy.dtype), torch.cat([grg, gig, ghn], 1).to(grad_hy.dtype)
         return gi, gh, ghx, gi.sum(0) if has_bias else None, gh.sum(0) if has_bias else None
     bias = (3 * h,) if a["has_bias"] else None
     return _kernel(me, func, args, kwargs, [(b, 3 * h), (b, 3 * h), (b, h), bias, bias], compute)
