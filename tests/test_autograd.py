@@ -475,3 +475,28 @@ def test_an_exception_from_a_hook_reaches_the_program(forward_on_side):
             return str(e)
         return None
     assert simdist.run(fn).returns == ["from the hook"]
+
+
+@needs_guard
+def test_backward_hooks_run_on_their_nodes_device():
+    """Rule (torch/csrc/autograd/engine.cpp evaluate_function: the node's stream guard also makes its device
+    current while the node and its pre-hooks run, and restores the caller's after): with the forward on cuda:1 and
+    backward() called with cuda:0 current, a hook of a cuda:1 tensor sees cuda:1 as the current device and its
+    stream, tensors it makes land there, and the caller's device is current again afterwards."""
+    def fn():
+        torch.cuda.set_device(1)
+        w = torch.ones(8, device="cuda", requires_grad=True)
+        y = w * 2
+        seen = {}
+
+        def hook(g):
+            seen["device"] = torch.cuda.current_device()
+            seen["stream_device"] = torch.cuda.current_stream().device_index
+            seen["new"] = str(torch.empty(1, device="cuda").device)
+        y.register_hook(hook)
+        torch.cuda.set_device(0)
+        y.sum().backward()
+        return seen, torch.cuda.current_device(), w.grad.sum().item()
+    res = simdist.run(fn, device_count=2)
+    assert not res.hazards, res.report()
+    assert res.returns[0] == ({"device": 1, "stream_device": 1, "new": "cuda:1"}, 0, 16.0)

@@ -216,6 +216,14 @@ def _pool(rank, device, priority):
 
 
 @_guarded(None)
+def _device(rank, index):
+    """torch's C++ switched the device (the autograd engine runs a node under a guard of the node's device, then
+    restores the caller's: engine.cpp evaluate_function), so the rank's ops and hooks in between are on it."""
+    rank.device(index)
+    rank.current_device = index
+
+
+@_guarded(None)
 def _synchronize_device(rank, device):
     rank.synchronize_device(device, "torch.accelerator.synchronize()")
 
@@ -230,7 +238,8 @@ class Callbacks(ctypes.Structure):
                 ("synchronize_device", ctypes.CFUNCTYPE(None, ctypes.c_int)),
                 ("current", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int)),
                 ("record_data", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64)),
-                ("pool", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int))]
+                ("pool", ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int, ctypes.c_int)),
+                ("device", ctypes.CFUNCTYPE(None, ctypes.c_int))]
 
 
 def callbacks():
@@ -239,4 +248,4 @@ def callbacks():
     return Callbacks(f["record"](_record), f["block"](_block), f["query"](_query),
                      f["synchronize_event"](_synchronize_event), f["destroy"](_destroy),
                      f["exchange"](_exchange), f["synchronize_device"](_synchronize_device),
-                     f["current"](_current), f["record_data"](_record_data), f["pool"](_pool))
+                     f["current"](_current), f["record_data"](_record_data), f["pool"](_pool), f["device"](_device))

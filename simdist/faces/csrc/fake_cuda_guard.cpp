@@ -38,6 +38,7 @@ namespace {
 
 std::atomic<bool> g_enabled{false};
 thread_local c10::DeviceIndex t_device = 0;
+thread_local bool t_rank_thread = false;  // a simulated rank's thread (simdist_guard_set_device was called on it)
 constexpr c10::DeviceIndex kDeviceCount = 64;
 constexpr int64_t kPoolStreams = 32;  // as c10/cuda's pool: round robin over 32 streams per device
 constexpr int64_t kPoolBase = int64_t(1) << 56;  // above every simulated stream id (rank << 24 + n)
@@ -54,6 +55,7 @@ struct Callbacks {
   int64_t (*current)(int device, int which);  // the id of the rank's current (which=0) or default (1) stream
   void (*record_data)(const void* key, int device, int64_t stream);  // record_stream of the storage at `key`
   int64_t (*pool)(int device, int priority);  // the device's next pool stream (the pool torch.cuda.Stream() takes from)
+  void (*device)(int index);  // torch's C++ made `index` the current device of the calling rank thread
 };
 std::atomic<const Callbacks*> g_callbacks{nullptr};
 std::atomic<int64_t> g_next_pool{0};
@@ -108,25 +110,31 @@ inline void check_enabled() {
               c10::DeviceType::CUDA, " devices");
 }
 
+// A device switch made by torch's C++ (the autograd engine's guard around a node of another device, and its
+// restore) is the rank's too: simdist keeps the rank's current device in Python, where its ops look. Only on rank
+// threads: the engine's own device threads set their device as they start, outside any rank.
+inline void switch_device(c10::DeviceIndex i) {
+  if (i < 0 || i == t_device) return;
+  t_device = i;
+  if (!t_rank_thread || !g_enabled.load(std::memory_order_relaxed)) return;
+  if (auto cb = callbacks()) preserving_error([&] { cb->device(i); });
+}
+
 struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
 
   c10::Device exchangeDevice(c10::Device d) const override {
     check_enabled();
     c10::Device old(c10::DeviceType::CUDA, t_device);
-    if (d.index() >= 0) t_device = d.index();
+    switch_device(d.index());
     return old;
   }
   c10::Device getDevice() const override {
     check_enabled();
     return c10::Device(c10::DeviceType::CUDA, t_device);
   }
-  void setDevice(c10::Device d) const override {
-    if (d.index() >= 0) t_device = d.index();
-  }
-  void uncheckedSetDevice(c10::Device d) const noexcept override {
-    if (d.index() >= 0) t_device = d.index();
-  }
+  void setDevice(c10::Device d) const override { switch_device(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override { switch_device(d.index()); }
   c10::Stream getStream(c10::Device d) const override {
     check_enabled();
     return stream_of(d, rank_stream(d.index() >= 0 ? d.index() : t_device, 0));
@@ -309,6 +317,7 @@ void simdist_guard_set_callbacks(const void* cb) {
 // The calling thread's current CUDA device as torch's C++ side sees it (simdist keeps each rank's current device
 // in Python; code that asks C++, such as FakeTensorMode for device="cuda", must get the same answer).
 void simdist_guard_set_device(int index) {
+  t_rank_thread = true;
   if (index >= 0) t_device = static_cast<c10::DeviceIndex>(index);
 }
 // simdist changed a rank's current stream or made a device: the cached answers of callbacks()->current are stale.
