@@ -94,18 +94,9 @@ class Device:
         self.user_pools = {}  # priority level -> the pool's streams made so far (torch.cuda.Stream())
         self.pool_counters = {}  # priority level -> streams handed out (round-robin over the pool)
         self.nccl_streams = {}
-        self.pool_streams = {}
         # set by the torch face when the device is made (World.on_new_device): how torch names it, its generator
         self.torch_device = None
         self.generator = None
-
-    def pool_stream(self, k):
-        """Stream k of the device's pool: what C++ code takes with getStreamFromGlobalPool (a CUDA future runs
-        its callbacks on one); made at first use."""
-        s = self.pool_streams.get(k)
-        if s is None:
-            s = self.pool_streams[k] = self.stream_class.make(self, f"rank{self.rank}/cuda:{self.index}/pool{k}")
-        return s
 
     def new_stream(self, priority=0):
         """A stream from the device's pool, as torch.cuda.Stream() takes one (c10/cuda/CUDAStream.h, "Stream pool

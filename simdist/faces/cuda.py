@@ -177,7 +177,7 @@ class Stream(engine_streams.Stream):
 def sim_stream(me, s):
     """A simulated stream for `s`: a simdist stream as it is; the torch.Stream torch.accelerator hands out, the
     stream it names; another torch.Stream of a CUDA device as the fake guard numbers them (0: the device's current
-    stream, 1..32: its pool streams; simdist/faces/guard_events.py)."""
+    stream, otherwise the simulated stream of that id; simdist/faces/guard_events.py)."""
     if s is None or isinstance(s, engine_streams.Stream):
         return s
     named = getattr(s, "_sim", None)

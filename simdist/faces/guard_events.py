@@ -14,8 +14,8 @@ Who reaches this:
   events in `wait()` (Python's `fut.wait()`, and torch DDP's C++ Reducer in `finalize_backward`), and runs each
   `then()` callback on a pool stream that first waits for them (torch/include/ATen/core/ivalue_inl.h:
   markCompleted, synchronizeWithCurrentStreams, invokeCallback); `torch.Event`.
-Stream ids: a simulated stream's own id (Rank.stream_by_id); POOL_BASE + k the device's pool stream k (c10/cuda's
-pool has 32 per priority); 0 the rank's current stream.
+Stream ids: a simulated stream's own id (Rank.stream_by_id), pool streams included (the device's pool, as
+torch.cuda.Stream() takes from it: _pool); 0 the rank's current stream.
 
 The callbacks run inside torch's C++ code and must not raise into it: an error is made the run's fatal error and
 the callback returns a neutral value.
@@ -31,7 +31,6 @@ import weakref
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError
 
-POOL_BASE = 1 << 56  # csrc/fake_cuda_guard.cpp kPoolBase
 
 _markers = {}  # event id -> marker op (ids are unique in this process)
 _ids = itertools.count(1)
@@ -109,8 +108,6 @@ def _tensor_of(rank, key):
 def _stream(rank, device, sid):
     if sid == 0:
         return rank.current_stream(device)
-    if sid >= POOL_BASE:
-        return rank.device(device).pool_stream(sid - POOL_BASE + 1)
     s = rank.stream_by_id.get(sid)
     if s is None or s.dev.index != device:
         raise SimulationError(f"torch's C++ side named CUDA stream {sid} on cuda:{device}, which rank {rank.rank} "

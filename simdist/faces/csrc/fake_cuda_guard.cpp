@@ -19,9 +19,10 @@
 // stream that was current in the rank when it ran, as on a GPU. Autograd keeps, for every node, the stream current
 // when its forward op ran, makes it current while the node's backward runs (exchangeStream) and joins streams
 // with events where producer and consumer differ (torch/csrc/autograd/engine.cpp, input_buffer.cpp): simdist
-// sees those as stream switches, markers and waits on its simulated streams. Ids at kPoolBase and above are the
-// device's pool streams (getStreamFromGlobalPool: a CUDA Future runs its callbacks on one); id 0 is "the rank's
-// current stream" (a Stream made before the rank had a device). What C++ code records and waits (a CUDA
+// sees those as stream switches, markers and waits on its simulated streams. A pool stream
+// (getStreamFromGlobalPool: a CUDA Future runs its callbacks on one) is a stream of the device's pool that
+// torch.cuda.Stream() takes from; id 0 is "the rank's current stream" (a Stream named outside a rank, or before
+// the rank had a device). What C++ code records and waits (a CUDA
 // ivalue::Future's events, which DDP's Reducer waits in C++; torch.Event) becomes markers and waits on simulated
 // streams. Without callbacks every stream is id 0 and events are no-ops.
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -40,8 +41,6 @@ std::atomic<bool> g_enabled{false};
 thread_local c10::DeviceIndex t_device = 0;
 thread_local bool t_rank_thread = false;  // a simulated rank's thread (simdist_guard_set_device was called on it)
 constexpr c10::DeviceIndex kDeviceCount = 64;
-constexpr int64_t kPoolStreams = 32;  // as c10/cuda's pool: round robin over 32 streams per device
-constexpr int64_t kPoolBase = int64_t(1) << 56;  // above every simulated stream id (rank << 24 + n)
 
 // simdist's side of streams and events (never throw: each returns a plain value)
 struct Callbacks {
@@ -58,7 +57,6 @@ struct Callbacks {
   void (*device)(int index);  // torch's C++ made `index` the current device of the calling rank thread
 };
 std::atomic<const Callbacks*> g_callbacks{nullptr};
-std::atomic<int64_t> g_next_pool{0};
 
 inline const Callbacks* callbacks() { return g_callbacks.load(std::memory_order_acquire); }
 
@@ -86,7 +84,7 @@ inline c10::Stream stream_of(c10::Device d, int64_t id) { return c10::Stream(c10
 inline c10::Stream pool_stream(c10::Device d, int priority) {
   auto cb = callbacks();
   int64_t id = cb ? preserving_error([&] { return cb->pool(d.index() >= 0 ? d.index() : t_device, priority); }) : 0;
-  return stream_of(d, id != 0 ? id : kPoolBase + (g_next_pool++ % kPoolStreams));
+  return stream_of(d, id);
 }
 // The answers of callbacks()->current, cached per thread until simdist changes any rank's current streams or
 // devices (simdist_guard_streams_changed bumps the epoch): autograd asks for every tensor it records.
