@@ -296,7 +296,11 @@ class RankProcess:
             body = rank_body(self.world, fn, config["args"], config["kwargs"] or {}, spec.torchrun)
             with Installed():
                 transport = ProcessTransport(self.world, rank, self.store, self.prefix, TorchRankHooks())
-                transport.run(body)
+                watching = self._watch_for_stall(me, transport)
+                try:
+                    transport.run(body)
+                finally:
+                    watching.set()
                 report["over"] = transport.over
                 report["pending"] = me.collectives.pending_lines()
                 if me.error is not None:
@@ -308,6 +312,40 @@ class RankProcess:
         sys.stdout.flush()
         sys.stderr.flush()
         put(self.store, f"{self.prefix}done/{rank}", _dumps(report))
+
+    def _watch_for_stall(self, me, transport):
+        """A thread watching this process's program thread (simdist/ranks/stall.py). On a stall it posts the
+        rank's report with the Stalled error, ends the run for the other ranks (the stalled rank holds the baton:
+        only the holder runs) and, since the program thread stays blocked, exits the process once the collector
+        has had the time to read the report. Returns the event that stops the watch."""
+        import threading
+
+        from .ranks.stall import INTERVAL_S, StallWatch, limit_s
+        stop = threading.Event()
+        limit = limit_s()
+        if limit is None:
+            return stop
+        watch = StallWatch(me, threading.get_ident(), limit)
+
+        def run():
+            while not stop.wait(INTERVAL_S):
+                err = watch.check()
+                if err is None or stop.is_set():
+                    continue
+                report = {"rank": self.rank, "pending": me.collectives.pending_lines(), "over": ("failed", self.rank)}
+                _record_error(report, err)
+                sys.stderr.write(f"simdist: {err}\n")
+                sys.stderr.flush()
+                put(self.store, f"{self.prefix}done/{self.rank}", _dumps(report))
+                transport._announce("failed")
+                try:
+                    self.store.wait([self.prefix + "go"], timedelta(seconds=10))
+                except Exception:  # noqa: BLE001 - under torchrun the collector may be this stalled rank
+                    pass
+                os._exit(70)
+
+        threading.Thread(target=run, name="simdist-stall-watch", daemon=True).start()
+        return stop
 
     def finish(self):
         store, prefix, rank, world = self.store, self.prefix, self.rank, self.world

@@ -91,3 +91,14 @@ def leaves_a_manager_and_an_exit_handler(path):
         f.write(str(manager._process.pid))
     atexit.register(lambda: open(path, "w").write("ran"))
     return True
+
+
+def blocks_on_a_pipe_nobody_writes():
+    """Rank 0 reads a pipe that no one writes (as a rank waiting on a worker that died): a stall, not a hang."""
+    x = torch.ones(4, device="cuda")
+    dist.all_reduce(x)
+    if dist.get_rank() == 0:
+        r, _w = os.pipe()
+        os.read(r, 1)
+    dist.barrier()
+    return x.sum().item()

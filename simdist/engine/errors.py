@@ -27,6 +27,11 @@ class Deadlock(SimulationError):
     """Every live rank waits for something no other rank will ever do."""
 
 
+class Stalled(SimulationError):
+    """A rank has waited outside the simulation (a pipe, a queue, a threading primitive) for longer than the
+    stall limit: no other rank can run meanwhile, so the run would never end (simdist/ranks/stall.py)."""
+
+
 class HazardError(SimulationError):
     """Raised by RunResult.raise_for_hazards(): the run had unordered conflicting accesses."""
 

@@ -15,6 +15,7 @@ import threading
 from ..engine.rank import BLOCKED, DONE, NEW, RUNNING
 from ..engine.turns import Baton, end_turn
 from . import RankHooks, TurnTaker
+from .stall import INTERVAL_S, StallWatch, limit_s
 
 
 class _Slot:
@@ -54,14 +55,38 @@ class ThreadTransport(TurnTaker):
     def run(self, fn):
         """Run fn(rank) on every rank; returns when all are done or the run failed (world.fatal)."""
         self.fn = fn
+        stuck = None
         try:
             self._wake(0)
-            self.finished.wait()
+            stuck = self._watch()
         finally:
             self._end_run()
-            for slot in self.slots:
-                if slot.thread is not None:
+            for k, slot in enumerate(self.slots):
+                if slot.thread is not None and k != stuck:  # (a stalled thread stays blocked: a daemon)
                     slot.thread.join(timeout=60)
+
+    def _watch(self):
+        """Wait for the run's end, watching the rank threads for a stall (simdist/ranks/stall.py): returns the
+        stalled rank, whose error is then the run's, or None."""
+        limit = limit_s()
+        if limit is None:
+            self.finished.wait()
+            return None
+        watches = {}
+        while not self.finished.wait(INTERVAL_S):
+            for k, slot in enumerate(self.slots):
+                t = slot.thread
+                if t is None or t.ident is None:
+                    continue
+                w = watches.get(k)
+                if w is None:
+                    w = watches[k] = StallWatch(self.ranks[k], t.ident, limit)
+                err = w.check()
+                if err is not None and not self.finished.is_set():
+                    if self.world.fatal is None:
+                        self.world.fatal = err
+                    return k
+        return None
 
     def _fail(self, rank, error):
         self._end_run()
