@@ -23,8 +23,18 @@ def _hunt(a):
         if v is not None and v < 1:
             raise UsageError(f"simdist hunt: argument --{flag.replace('_', '-')}: expected a positive integer, "
                              f"got {v}")
-    from .hunt import main
-    return main(a)
+    from .hunt import EvidenceError, main
+    reported = getattr(a, "reported", None)
+    if reported is not None:  # a bad evidence file is the user's input: one line, not a traceback
+        try:
+            with open(reported) as f:
+                f.read(1)
+        except OSError as e:
+            raise UsageError(f"simdist hunt: argument --reported: cannot read {reported!r} ({e.strerror})") from None
+    try:
+        return main(a)
+    except EvidenceError as e:
+        raise UsageError(f"simdist hunt: argument --reported: {e}") from None
 
 
 def register_scenarios(sub):

@@ -250,7 +250,12 @@ class Evidence:
     @classmethod
     def load(cls, path: str) -> "Evidence":
         with open(path) as f:
-            d = json.load(f)
+            try:
+                d = json.load(f)
+            except ValueError as e:
+                raise EvidenceError(f"{path}: not JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise EvidenceError(f"{path}: expected a JSON object with 'format' {FORMAT!r}, got {type(d).__name__}")
         if d.get("format") != FORMAT:
             raise EvidenceError(f"{path}: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
         run = dict(d.get("run") or {})

@@ -112,6 +112,9 @@ import pytest  # noqa: E402
     (["run", "no_such_script.py"], "no such script"),
     (["run", "no_such_module_xyz:fn"], "cannot import module 'no_such_module_xyz'"),
     (["hunt", "--seeds", "0"], "expected a positive integer, got 0"),
+    (["hunt", "--reported", "no_such_evidence.json"], "--reported: cannot read 'no_such_evidence.json'"),
+    (["hunt", "--reported", "README.md"], "README.md: not JSON"),
+    (["hunt", "--reported", "pyproject.toml"], "not JSON"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_bad_input_is_one_line_and_status_2(args, message):
