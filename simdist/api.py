@@ -4,6 +4,7 @@ and its RunResult is assembled by simdist/result.py."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 import torch
 
@@ -40,6 +41,13 @@ def run(fn, *, world_size=1, seed=0, args=(), kwargs=None, policy=None, nccl=Non
     modules, such as Megatron-Core's parallel_state). Both give the same digest for the same seed. With
     "processes", fn must be importable by its module and name, and args, kwargs, policy and returns picklable.
     """
+    if not callable(fn):
+        raise TypeError(f"simdist.run: fn must be callable, got {type(fn).__name__}")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"simdist.run: kwargs must be a mapping (keyword arguments of fn), got {type(kwargs).__name__}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"simdist.run: args must be a tuple or list (positional arguments of fn), got "
+                        f"{type(args).__name__}")
     if check_determinism:
         a = _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_count,
                       avoid_record_streams, torchrun, transport)

@@ -5,6 +5,7 @@ runs every rank in this process (simdist/ranks/threads.py); simdist/launcher.py 
 (simdist/ranks/processes.py). Both build the same World for the same spec, so both give the same digest."""
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 from dataclasses import dataclass
@@ -55,6 +56,12 @@ class RunSpec:
     def make(cls, world_size, seed, policy, nccl, poison, device_count, avoid_record_streams, torchrun):
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        seed = int(seed)  # (a numpy integer too)
+        if device_count is not None and (not isinstance(device_count, int) or device_count < 1):
+            raise ValueError(f"device_count must be a positive integer (GPUs of the simulated host) or None, got "
+                             f"{device_count!r}")
         if avoid_record_streams is None:
             avoid_record_streams = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "0") == "1"
         return cls(world_size, seed, policy, nccl_profile(nccl), poison, device_count, bool(avoid_record_streams),

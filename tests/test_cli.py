@@ -161,3 +161,31 @@ def test_a_programs_exception_prints_the_programs_traceback_and_status_1(tmp_pat
     assert f'File "{script}", line 5, in main' in out.stderr
     assert "simdist/cli.py" not in out.stderr and "simdist/api.py" not in out.stderr, out.stderr
     assert out.stderr.rstrip().splitlines()[-1].startswith("simdist run: the program raised ValueError")
+
+
+def _one_op():
+    import torch
+    return torch.ones(2, device="cuda").sum().item()
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(world_size=0), ValueError, "world_size must be a positive integer, got 0"),
+    (dict(world_size="2"), ValueError, "world_size must be a positive integer, got '2'"),
+    (dict(seed="x"), ValueError, "seed must be an integer, got 'x'"),
+    (dict(seed=True), ValueError, "seed must be an integer, got True"),
+    (dict(device_count=0), ValueError, "device_count must be a positive integer"),
+    (dict(kwargs=[1]), TypeError, "kwargs must be a mapping"),
+    (dict(args=5), TypeError, "args must be a tuple or list"),
+    (dict(policy="fastest"), ValueError, "unknown policy 'fastest'"),
+    (dict(nccl="3.0"), ValueError, "nccl profile must be '2.7' or '2.8'"),
+    (dict(poison="blue"), ValueError, "poison must be 'nan', 'zero' or a byte value"),
+    (dict(transport="mpi"), ValueError, "transport must be one of"),
+])
+def test_bad_options_of_simdist_run_are_named(options, error, message):
+    import simdist
+    with pytest.raises(error, match=re.escape(message)):
+        simdist.run(_one_op, **options)
+    with pytest.raises(TypeError, match="fn must be callable, got int"):
+        simdist.run(42)
+    import numpy as np
+    assert simdist.run(_one_op, seed=np.int64(3)).seed == 3  # a numpy integer is an integer
