@@ -627,6 +627,45 @@ def test_work_wait_with_a_timeout_blocks_the_host():
     assert simdist.run(prog, world_size=2).returns == [(True, 2.0), (True, 2.0)]
 
 
+def test_a_timed_wait_on_a_collective_a_peer_never_joins_raises_after_the_timeout():
+    """Work.wait(timeout) gives up once the work has run for `timeout` and raises DistBackendError
+    (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::synchronize: with a timeout given it polls
+    isCompleted(); checkTimeout records "Watchdog caught collective operation timeout: ... ran for N milliseconds
+    before timing out" and the wait throws it). simdist ended the run with Deadlock (notes u20 (1)). The timeout is
+    simulated time: the run does not sleep. A collective that ends within its timeout is an ordinary wait."""
+    from datetime import timedelta
+
+    def prog(peer_joins):
+        x = torch.ones(4, device="cuda")
+        dist.barrier()  # the communicator is set up (its set-up blocks the host, with no timeout of the work's)
+        if dist.get_rank() == 0:
+            w = dist.all_reduce(x, async_op=True)
+            try:
+                w.wait(timeout=timedelta(seconds=30))
+            except dist.DistBackendError as e:
+                return "timed out" if "collective operation timeout" in str(e) else str(e)
+            return x[0].item()
+        if peer_joins:
+            dist.all_reduce(x)
+        return "peer"
+
+    assert simdist.run(prog, world_size=2, args=(True,)).returns == [2.0, "peer"]
+    # rank 0 catches the timeout (on a GPU the error handler would tear the process down); the collective its
+    # peer never joined is still reported when the run ends
+    with pytest.raises(simdist.Deadlock, match=r"all_reduce\(float32\[4\], SUM\) #2 .* never by ranks \[1\]"):
+        simdist.run(prog, world_size=2, args=(False,))
+
+    def uncaught():
+        x = torch.ones(4, device="cuda")
+        dist.barrier()
+        if dist.get_rank() == 0:
+            dist.all_reduce(x, async_op=True).wait(timeout=timedelta(milliseconds=500))
+        return 0
+
+    with pytest.raises(dist.DistBackendError, match="ran for 500 milliseconds before timing out"):
+        simdist.run(uncaught, world_size=2)
+
+
 def test_split_group_splits_the_default_group():
     """torch.distributed.split_group works on NCCL groups (ProcessGroupNCCL supports splitting: ncclCommSplit):
     with the default group bound to a device, every parent rank calls it with the same split_ranks (group ranks of

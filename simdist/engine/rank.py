@@ -199,6 +199,29 @@ class Rank:
             host.clock = op.end
         host.join_op(op)
 
+    def wait_op_until(self, op, deadline, what):
+        """Block the host until `op` has completed or virtual time `deadline`, whichever comes first; True if op
+        completed (the host clock jumps to its end), False at the deadline (the clock is then the deadline).
+        The deadline is a known resume time, so a world whose other ranks all wait is not deadlocked: time moves
+        on to it."""
+        q = self.queue
+
+        def done():
+            return op.end is not None and op.end <= q.now and op.end <= deadline
+
+        if not done():
+            self.block(lambda: (op.end if done() else deadline if q.now >= deadline else None),
+                       lambda: op.end if op.end is not None and op.end < deadline else deadline, what)
+        if not done():
+            if deadline > self.host.clock:
+                self.host.clock = deadline
+            return False
+        host = self.host
+        if op.end > host.clock:
+            host.clock = op.end
+        host.join_op(op)
+        return True
+
     def synchronize_device(self, index, what="torch.cuda.synchronize()"):
         """The host waits until every stream of device `index` has finished the work queued so far."""
         dev = self.device(index)

@@ -188,6 +188,7 @@ class SimWork(dist.Work):
         self._host_blocking = host_blocking
         self._what = what
         self._parts = list(parts)  # the works of a coalesced group
+        self._started = me.host.clock  # WorkNCCL's workStartTime_: a timed wait's timeout counts from here
 
     def wait(self, timeout=None):
         """The current stream waits for the work; the host too for a barrier, or when a timeout is given
@@ -199,12 +200,27 @@ class SimWork(dist.Work):
         m = self._marker
         if m is not None:
             me.current_stream(m.stream.dev.index).wait_marker(me.host, m)
-            if self._host_blocking or _gives_timeout(timeout):
+            if _gives_timeout(timeout):
+                self._wait_until(me, m, timeout)
+            elif self._host_blocking:
                 me.wait_op(m, self._what)
         if self._stash is not None:
             _in_flight(me).release(self._stash)
             self._stash = None
         return True
+
+    def _wait_until(self, me, m, timeout):
+        """The host waits for the work, but not past its start + timeout (WorkNCCL::synchronize: with a timeout
+        given it polls isCompleted(); checkTimeout then records "Watchdog caught collective operation timeout:
+        ... ran for N milliseconds before timing out" and the wait throws it as DistBackendError). A collective
+        that ends first is an ordinary wait."""
+        ms = timeout.total_seconds() * 1e3 if hasattr(timeout, "total_seconds") else float(timeout)
+        deadline = self._started + int(ms * 1_000_000)
+        if not me.wait_op_until(m, deadline, f"{self._what} (Work.wait with a {ms:.0f} ms timeout)"):
+            raise DistBackendError(
+                f"Watchdog caught collective operation timeout: WorkNCCL({self._what}) ran for "
+                f"{(me.host.clock - self._started) / 1e6:.0f} milliseconds before timing out (simulated time: "
+                "a peer never joined it, or it did not end within the timeout)")
 
     def synchronize(self):
         self.wait()
