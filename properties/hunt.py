@@ -1082,7 +1082,12 @@ def main(a=None) -> int:
     a = _options(a)
     t0 = time.time()
     import torch
+    import warnings
     torch.set_num_threads(1)  # one simulation per core; each runs its ops on one intra-op thread anyway
+    # the fakes call all_gather_into_tensor as Megatron-Core 0.16.1 does; torch 2.13 deprecates it, and every
+    # worker process printed the warning once, between the hunt's lines
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+                            category=FutureWarning)
     evidence = Evidence.load(a.reported)
     depths = tuple(int(x) for x in str(a.depths).split(","))
     seeds = max(1, int(a.seeds))
