@@ -1034,3 +1034,27 @@ def test_generic_record_event_records_the_torch_event_part():
         assert not res.hazards, (given, waiter, res.report())
         assert res.returns[0] == 3.0 * n
     assert [h.kind for h in simdist.run(prog(True, "cuda")).hazards] == ["read-after-write"]
+
+
+def test_cudnn_and_peer_access_answer_as_on_a_cuda_build():
+    """A CUDA build of torch has cuDNN: torch.backends.cudnn.is_available() is True and version() its number
+    (91900 on the reference H200 with torch 2.11, docs/gpu/sdp-choice-2026-12-02.json); the CPU build's None made
+    `cudnn.version() >= 8000` a TypeError. torch.cuda.can_device_access_peer asks cudaDeviceCanAccessPeer, True
+    between the NVLinked GPUs of one host and False for a device and itself (torch/cuda/__init__.py checks the
+    indices first: AssertionError "Invalid peer device id"); the CPU build had no torch._C function for it.
+    torch.cuda.jiterator compiles CUDA C++ at run time: refused by name (was an AttributeError)."""
+    def prog():
+        out = [torch.backends.cudnn.is_available(), torch.backends.cudnn.version() >= 8000,
+               torch.cuda.can_device_access_peer(0, 1), torch.cuda.can_device_access_peer(1, 1)]
+        try:
+            torch.cuda.can_device_access_peer(0, 2)
+        except AssertionError as e:
+            out.append(str(e))
+        try:
+            torch.cuda.jiterator._create_jit_fn("template <typename T> T f(T x) { return x; }")
+        except simdist.UnsupportedOperation as e:
+            out.append("jiterator" in str(e))
+        return out
+
+    assert simdist.run(prog, device_count=2).returns == [[True, True, True, False, "Invalid peer device id", True]]
+    assert torch.backends.cudnn.version() is None  # undone after the run
