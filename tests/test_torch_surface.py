@@ -1036,6 +1036,70 @@ def test_generic_record_event_records_the_torch_event_part():
     assert [h.kind for h in simdist.run(prog(True, "cuda")).hazards] == ["read-after-write"]
 
 
+def test_torch_compile_runs_eagerly_and_refuses_cuda_graphs_by_name_at_the_first_call():
+    """A torch.compile'd function or module inside a run executes eagerly (torch's "force_eager" stance: the same
+    work on the same streams), also when it was compiled before the run (a decorator at a library's import, which
+    used to run real dynamo over simdist's own dispatch code). torch.compile itself is torch's, so a module comes
+    back as an OptimizedModule as on a GPU (torch/_dynamo/eval_frame.py: `_orig_mod`, state_dict keys "_orig_mod.";
+    before notes x10 simdist returned the module itself) and torch's own errors are raised. What eager execution
+    cannot stand for is refused by name at the first call: CUDA graphs, which mode="reduce-overhead" and
+    "max-autotune" turn on (torch/_inductor/__init__.py list_mode_options: {"triton.cudagraphs": True}), as do
+    options {"triton.cudagraphs": True}, torch._inductor.config.triton.cudagraphs and backend="cudagraphs":
+    cudagraph trees replay into static outputs that the next call overwrites (torch/_inductor/cudagraph_trees.py:
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"); and a backend callable,
+    the program's own code, which eager execution would never call."""
+    import torch._inductor.config as inductor_config
+
+    from simdist import UnsupportedOperation
+
+    @torch.compile(fullgraph=True)
+    def before_the_run(x):
+        return torch.sin(x) * 2 + 1
+
+    def fn():
+        m = torch.nn.Linear(4, 2).cuda()
+        x = torch.ones(3, 4, device="cuda")
+        cm = torch.compile(m)
+        out = {"type": type(cm).__name__, "keys": sorted(cm.state_dict()), "orig": cm._orig_mod is m,
+               "value": torch.equal(cm(x).cpu(), m(x).cpu()),
+               "no_cg": torch.equal(torch.compile(m, mode="max-autotune-no-cudagraphs")(x).cpu(), m(x).cpu()),
+               "eager_backend": torch.equal(torch.compile(m, backend="aot_eager")(x).cpu(), m(x).cpu()),
+               "before": before_the_run(torch.zeros(2, device="cuda")).cpu().tolist(),
+               "disabled": torch.compile(m, mode="reduce-overhead", disable=True) is m}
+        tries = {"reduce-overhead": lambda: torch.compile(m, mode="reduce-overhead")(x),
+                 "max-autotune": lambda: torch.compile(m, mode="max-autotune")(x),
+                 "options": lambda: torch.compile(m, options={"triton.cudagraphs": True})(x),
+                 "backend": lambda: torch.compile(m, backend="cudagraphs")(x),
+                 "decorator": lambda: torch.compile(mode="reduce-overhead")(lambda t: t + 1)(x),
+                 "callable": lambda: torch.compile(m, backend=lambda gm, example_inputs: gm)(x),
+                 "bad_mode": lambda: torch.compile(m, mode="fast"),
+                 "both": lambda: torch.compile(m, mode="default", options={})}
+        for name, call in tries.items():
+            try:
+                call()
+                out[name] = "ran"
+            except UnsupportedOperation as e:
+                out[name] = "CUDA graph" in str(e) or "backend callable" in str(e)
+            except RuntimeError as e:
+                out[name] = str(e)[:22]
+        inductor_config.triton.cudagraphs = True
+        try:
+            torch.compile(lambda t: t * 3)(x)
+            out["global"] = "ran"
+        except UnsupportedOperation:
+            out["global"] = True
+        finally:
+            inductor_config.triton.cudagraphs = False
+        return out
+
+    got, = simdist.run(fn).returns
+    assert got == {"type": "OptimizedModule", "keys": ["_orig_mod.bias", "_orig_mod.weight"], "orig": True,
+                   "value": True, "no_cg": True, "eager_backend": True, "before": [1.0, 1.0], "disabled": True,
+                   "reduce-overhead": True, "max-autotune": True, "options": True, "backend": True,
+                   "decorator": True, "callable": True, "bad_mode": "Unrecognized mode=fast",
+                   "both": "Either mode or options", "global": True}
+
+
 def test_cudnn_and_peer_access_answer_as_on_a_cuda_build():
     """A CUDA build of torch has cuDNN: torch.backends.cudnn.is_available() is True and version() its number
     (91900 on the reference H200 with torch 2.11, docs/gpu/sdp-choice-2026-12-02.json); the CPU build's None made

@@ -569,6 +569,7 @@ def _weights_only_allowed():
 
 
 def _patch_list():
+    import torch._dynamo.eval_frame as _eval_frame  # torch imports it at a run's first op anyway (_warm_lazy_imports)
     items = cuda_patches()
     items += comm_patches() + parallel_apply_patches() + accelerator_patches()
     items += [
@@ -585,7 +586,8 @@ def _patch_list():
         (torch._utils, "_rebuild_tensor_v2", _rebuild_tensor_v2),
         (_weights_only_allowed(), "torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
         (torch.serialization, "location_tag", location_tag_checked(torch.serialization.location_tag)),
-        (torch, "compile", _compile),
+        (_eval_frame, "_callback_from_stance", _compile_eagerly),
+        (_eval_frame, "_stance", _eager_stance()),
         (torch.cuda, "CUDAGraph", _RefusedCUDAGraph),
         (torch.cuda, "graph", _cuda_graphs_refused),
         (torch.cuda, "make_graphed_callables", _cuda_graphs_refused),
@@ -612,14 +614,44 @@ def _patch_list():
     return items
 
 
-def _compile(model=None, **kwargs):
-    """torch.compile inside a rank: the function runs eagerly. A compiled graph issues the same work on the
-    current stream, so its ordering is what the eager ops have; inductor itself cannot run on simulated
-    tensors (it would generate CUDA kernels). Works as torch.compile(fn), torch.compile(fn, mode=...) and
-    @torch.compile(...)."""
-    if model is None:
-        return lambda m: m
-    return model
+def _compile_eagerly(callback):
+    """torch._dynamo.eval_frame._callback_from_stance during a run: every torch.compile'd function and module runs
+    eagerly (torch's own "force_eager" stance: the same work on the same streams; inductor cannot run on simulated
+    tensors, it would generate CUDA kernels), whether it was compiled inside the run or before it (a decorator at
+    a library's import). torch.compile itself is torch's, so what it returns (an OptimizedModule, whose state_dict
+    keys say "_orig_mod.") and the errors it raises are a GPU's. What eager execution cannot stand for is refused
+    by name at the first call (notes x10): CUDA graphs (cudagraph trees replay the captured kernels into static
+    outputs that the next call overwrites) and a backend that is the program's own callable (eager execution would
+    never call it)."""
+    if callback not in (False, None):
+        from torch._dynamo.backends.registry import _COMPILER_FNS
+        from torch._dynamo.eval_frame import innermost_backend
+        backend = innermost_backend(callback)
+        kind = type(backend).__name__
+        if kind in ("_TorchCompileInductorWrapper", "_TorchCompileAOTInductorWrapper"):
+            import torch._inductor.config as inductor_config
+            options = getattr(backend, "config", {}) or {}
+            if options.get("triton.cudagraphs", inductor_config.triton.cudagraphs):
+                raise UnsupportedOperation(
+                    "torch.compile with CUDA graphs (mode 'reduce-overhead' / 'max-autotune', or the inductor option "
+                    "triton.cudagraphs) is not modelled by simdist: cudagraph trees replay the captured kernels into "
+                    "static output buffers that the next call overwrites, which eager execution would not show")
+        else:
+            name = getattr(backend, "compiler_name", None)
+            fn = getattr(backend, "compiler_fn", backend)
+            if name == "cudagraphs":
+                raise UnsupportedOperation("torch.compile(backend='cudagraphs') is not modelled by simdist: CUDA graph "
+                                           "replay, which eager execution would not show")
+            if not (isinstance(name, str) and name in _COMPILER_FNS and _COMPILER_FNS[name] is fn):
+                raise UnsupportedOperation(
+                    f"torch.compile with a backend callable ({name or type(fn).__name__}) is not modelled by simdist: "
+                    "it runs compiled functions eagerly and would never call the backend")
+    return None
+
+
+def _eager_stance():
+    from torch._dynamo.eval_frame import DynamoStance
+    return DynamoStance("force_eager")
 
 
 def _cuda_graphs_refused(*args, **kwargs):
