@@ -176,6 +176,61 @@ class Allocation:
             self.uses.append(stream)
 
 
+STAT_FAMILIES = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+                 "active_bytes", "inactive_split_bytes", "requested_bytes")
+STAT_POOLS = ("all", "small_pool", "large_pool")
+
+
+class AllocatorStats:
+    """The caching allocator's DeviceStats (c10/core/CachingDeviceAllocator.h): per family and pool ("all",
+    "small_pool", "large_pool") a Stat of current, peak, allocated (the sum of increases) and freed (of decreases),
+    changed where CUDACachingAllocator.cpp changes them: alloc_found_block (allocation, allocated_bytes, active,
+    active_bytes, requested_bytes up; inactive_split by the split), free (allocation, allocated_bytes down, before
+    any record_stream events), free_block (active, active_bytes, requested_bytes down; inactive_split by the merges),
+    alloc_block / release_block (segment, reserved_bytes; num_device_alloc / num_device_free), and
+    synchronize_and_free_events (num_sync_all_streams, at every empty_cache and OOM retry)."""
+
+    def __init__(self):
+        self.stat = {f: [[0, 0, 0, 0] for _ in STAT_POOLS] for f in STAT_FAMILIES}
+        self.num_sync_all_streams = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+
+    def up(self, family, small, amount):
+        if amount:
+            for st in (self.stat[family][0], self.stat[family][1 if small else 2]):
+                st[0] += amount
+                if st[0] > st[1]:
+                    st[1] = st[0]
+                st[2] += amount
+
+    def down(self, family, small, amount):
+        if amount:
+            for st in (self.stat[family][0], self.stat[family][1 if small else 2]):
+                st[0] -= amount
+                st[3] += amount
+
+    def change(self, family, small, amount):
+        if amount > 0:
+            self.up(family, small, amount)
+        elif amount < 0:
+            self.down(family, small, -amount)
+
+    def current(self, family, pool="all"):
+        return self.stat[family][STAT_POOLS.index(pool)][0]
+
+    def reset_peak(self):
+        for rows in self.stat.values():
+            for st in rows:
+                st[1] = st[0]
+
+    def reset_accumulated(self):
+        for rows in self.stat.values():
+            for st in rows:
+                st[2] = st[3] = 0
+        self.num_sync_all_streams = self.num_device_alloc = self.num_device_free = 0
+
+
 class DeviceMemory:
     """Per-device caching allocator over poison-filled segments."""
 
@@ -203,6 +258,8 @@ class DeviceMemory:
         self.fraction = None
         self.num_alloc_retries = 0
         self.num_ooms = 0
+        self.stats = AllocatorStats()
+        self._null = None  # the zero-byte segment that size-0 allocations view (no device memory)
 
     # --- pools -----------------------------------------------------------
     def _insert(self, block):
@@ -222,6 +279,12 @@ class DeviceMemory:
 
     # --- malloc / free ---------------------------------------------------
     def malloc(self, nbytes, stream):
+        if nbytes == 0:
+            # CUDACachingAllocator::allocate: `if (size != 0)` malloc: an empty storage takes no block (its data
+            # pointer is null), so it moves no figure and no later allocation's choice of block
+            if self._null is None:
+                self._null = Segment(-1, 0, stream, True, self.poison_byte)
+            return Allocation(self, Block(self._null, 0, 0), 0, stream, 0)
         if self.pending_frees:
             self._process_pending_frees()
         size = round_size(nbytes)
@@ -241,7 +304,13 @@ class DeviceMemory:
             self.segments.append(seg)
             self.reserved_bytes += seg_bytes
             self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+            st = self.stats
+            st.up("segment", small, 1)
+            st.up("reserved_bytes", small, seg_bytes)
+            st.num_device_alloc += 1
             block = Block(seg, 0, seg_bytes)
+        st = self.stats
+        already_split = block.prev is not None or block.next is not None
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
             rest = Block(block.segment, block.offset + size, remaining)
@@ -251,6 +320,19 @@ class DeviceMemory:
             block.next = rest
             block.size = size
             self._insert(rest)
+            if already_split:  # an inactive split block shrinks by size bytes
+                st.down("inactive_split_bytes", small, size)
+            else:  # a new inactive split block: the rest of a block that was whole
+                st.up("inactive_split", small, 1)
+                st.up("inactive_split_bytes", small, remaining)
+        elif already_split:  # an inactive split block becomes active whole
+            st.down("inactive_split", small, 1)
+            st.down("inactive_split_bytes", small, block.size)
+        st.up("allocation", small, 1)
+        st.up("allocated_bytes", small, block.size)
+        st.up("active", small, 1)
+        st.up("active_bytes", small, block.size)
+        st.up("requested_bytes", small, nbytes)
         block.allocated = True
         seg = block.segment
         seg.live += 1
@@ -319,11 +401,14 @@ class DeviceMemory:
         return old
 
     def free(self, alloc):
-        if self.closed or alloc.block is None:
+        if self.closed or alloc.block is None or alloc.block.segment is self._null:
             return
         # the bytes stop counting as allocated at free, even when reuse waits for recorded streams
         # (CUDACachingAllocator::free updates the stats before insert_events)
         self.allocated_bytes -= alloc.block.size
+        small = alloc.block.segment.small
+        self.stats.down("allocation", small, 1)
+        self.stats.down("allocated_bytes", small, alloc.block.size)
         if alloc.uses:
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
@@ -362,8 +447,12 @@ class DeviceMemory:
                 alloc.records = []
         block.allocated = False
         block.segment.live -= 1
+        small, size = block.segment.small, block.size
+        split_blocks = split_bytes = 0
         for nb in (block.prev, block.next):
             if nb is not None and not nb.allocated and nb.pool_key is not None:
+                split_blocks -= 1  # a free neighbour, an inactive split block, is subsumed
+                split_bytes -= nb.size
                 self._remove(nb)
                 if nb is block.prev:
                     nb.size += block.size
@@ -377,15 +466,28 @@ class DeviceMemory:
                     if nb.next is not None:
                         nb.next.prev = block
         self._insert(block)
+        if block.prev is not None or block.next is not None:
+            split_blocks += 1
+            split_bytes += block.size
+        st = self.stats
+        st.change("inactive_split", small, split_blocks)
+        st.change("inactive_split_bytes", small, split_bytes)
+        st.down("active", small, 1)
+        st.down("active_bytes", small, size)
+        st.down("requested_bytes", small, alloc.nbytes)
 
     def empty_cache(self):
         self._process_pending_frees()
+        self.stats.num_sync_all_streams += 1  # release_cached_blocks: synchronize_and_free_events first
         for key, pool in list(self.pools.items()):
             keep = []
             for entry in pool:
                 b = entry[4]
                 if b.prev is None and b.next is None and b.offset == 0 and b.size == b.segment.size:
                     self.reserved_bytes -= b.size
+                    self.stats.down("segment", b.segment.small, 1)
+                    self.stats.down("reserved_bytes", b.segment.small, b.size)
+                    self.stats.num_device_free += 1
                     b.segment.data = None
                     b.segment.typed = {}
                 else:

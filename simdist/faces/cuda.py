@@ -11,6 +11,7 @@ Rules (CUDA programming guide, "Streams" and "Events"; torch/cuda/streams.py):
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 from types import SimpleNamespace
 
@@ -508,13 +509,16 @@ def reset_peak_memory_stats(device=None):
     m = _mem(device)
     m.peak_bytes = m.allocated_bytes
     m.peak_reserved_bytes = m.reserved_bytes
+    m.stats.reset_peak()
 
 
 def reset_accumulated_memory_stats(device=None):
     """The accumulated counters start again from zero (c10/cuda/CUDACachingAllocator.cpp resetAccumulatedStats:
-    num_alloc_retries, num_ooms among them); simdist keeps none of the others beyond num_device_alloc, which stays."""
+    every Stat's allocated and freed; num_alloc_retries, num_ooms, num_sync_all_streams, num_device_alloc and
+    num_device_free)."""
     m = _mem(device)
     m.num_alloc_retries = m.num_ooms = 0
+    m.stats.reset_accumulated()
 
 
 TOTAL_MEMORY = allocator.DEVICE_MEMORY
@@ -662,18 +666,27 @@ class _DefaultGenerators:
 
 
 def memory_stats(device=None):
-    """The keys of torch.cuda.memory_stats() that code reads most (bytes and counts, "all" pools)."""
+    """torch.cuda.memory_stats(): every key of the native caching allocator's DeviceStats, sorted as
+    torch/cuda/memory.py sorts them (families allocation, segment, active, inactive_split and their _bytes, plus
+    requested_bytes, each for all / small_pool / large_pool and current / peak / allocated / freed; the counters;
+    max_split_size -1 (SIZE_MAX: no max_split_size_mb); oversize_* 0, as without max_split_size_mb), the figures
+    engine/allocator.py AllocatorStats keeps as CUDACachingAllocator.cpp does. Measured equal, key for key, on an
+    H200 after a scripted sequence (ci/gpu_x_facts2.py; notes x11)."""
     m = _figures(device, "memory_stats")
-    # active: allocated, or freed with record_stream events still pending (CUDACachingAllocator.cpp: active_bytes
-    # drop in free_block, after the events); allocation.all.current: blocks allocated now
-    pending = sum(a.block.size for a, _ in m.pending_frees if a.block is not None)
-    return {"allocated_bytes.all.current": m.allocated_bytes, "allocated_bytes.all.peak": m.peak_bytes,
-            "active_bytes.all.current": m.allocated_bytes + pending,
-            "active_bytes.all.peak": max(m.peak_bytes, m.allocated_bytes + pending),
-            "reserved_bytes.all.current": m.reserved_bytes, "reserved_bytes.all.peak": m.peak_reserved_bytes,
-            "segment.all.current": len([s for s in m.segments if s.data is not None]),
-            "num_alloc_retries": m.num_alloc_retries, "num_ooms": m.num_ooms, "num_device_alloc": len(m.segments),
-            "allocation.all.current": sum(s.live for s in m.segments)}
+    st = m.stats
+    out = {}
+    for family in allocator.STAT_FAMILIES:
+        for pool, (cur, peak, alloc, freed) in zip(allocator.STAT_POOLS, st.stat[family]):
+            out[f"{family}.{pool}.current"] = cur
+            out[f"{family}.{pool}.peak"] = peak
+            out[f"{family}.{pool}.allocated"] = alloc
+            out[f"{family}.{pool}.freed"] = freed
+    for what in ("oversize_allocations", "oversize_segments"):
+        for k in ("current", "peak", "allocated", "freed"):
+            out[f"{what}.{k}"] = 0
+    out.update(num_alloc_retries=m.num_alloc_retries, num_ooms=m.num_ooms, num_sync_all_streams=st.num_sync_all_streams,
+               num_device_alloc=st.num_device_alloc, num_device_free=st.num_device_free, max_split_size=-1)
+    return collections.OrderedDict(sorted(out.items()))
 
 
 def _memory_stats_nested(device=None):
