@@ -11,7 +11,7 @@ import torch
 from .engine.context import current_rank
 from .engine.errors import DeterminismError
 from .engine.world import World
-from .faces.patches import Installed, TorchRankHooks
+from .faces.patches import Installed, TorchRankHooks, host_rng_states, set_host_rng_states
 from .ranks.threads import ThreadTransport
 from .result import RunResult, build_result
 from .session import (RunSpec, ScriptExit, default_nccl_profile, note_rank, rank_body, release_rank, script_main,
@@ -118,11 +118,11 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     ranks = [world.ranks[r] for r in range(world_size)]
     body = rank_body(world, fn, args, kwargs, torchrun)
     with Installed():  # the returns are copied out before torch's thread settings are restored
-        caller_rng = torch.default_generator.get_state()  # the ranks' generators must not disturb the caller's
+        caller_rng = host_rng_states()  # the ranks' generators must not disturb the caller's
         try:
             ThreadTransport(world, TorchRankHooks()).run(body)
         finally:
-            torch.default_generator.set_state(caller_rng)
+            set_host_rng_states(caller_rng)
         try:
             if world.fatal is not None:
                 err = world.fatal

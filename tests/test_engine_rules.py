@@ -452,8 +452,11 @@ def test_async_h2d_from_pinned_memory_reads_the_buffer_when_it_runs(seed, via_co
 
 
 def test_random_ops_follow_seeds_like_separate_processes():
-    # Rule: every process starts its CPU and CUDA generators at c10's default_rng_seed_val (67280421310721,
-    # c10/core/GeneratorImpl.h), so unseeded ranks draw the same numbers; torch.manual_seed(s) reseeds the CPU
+    # Rule: every process starts its CUDA generators at c10's default_rng_seed_val (67280421310721,
+    # c10/core/GeneratorImpl.h; aten/src/ATen/cuda/CUDAGeneratorImpl.cpp createCUDAGenerator), so unseeded ranks
+    # draw the same CUDA numbers, but its default CPU generator from getNonDeterministicRandom()
+    # (aten/src/ATen/CPUGeneratorImpl.cpp getDefaultCPUGenerator), so unseeded ranks draw other CPU numbers
+    # (simdist: a fixed seed per rank, world.process_seed; notes z2); torch.manual_seed(s) reseeds the CPU
     # and every CUDA generator of that process only (torch/random.py); reseeding repeats the draws, also for
     # ops whose schema has no generator argument (aten.randn.default, randperm, randint).
     def prog():
@@ -477,13 +480,59 @@ def test_random_ops_follow_seeds_like_separate_processes():
     res = simdist.run(prog, world_size=2)
     assert torch.equal(torch.rand(2), before)  # the caller's generator is untouched by the ranks
     r0, r1 = res.returns
-    assert r0["init"] == r1["init"] == 67280421310721
-    for k in ("cuda0", "cpu0", "perm0"):
+    assert len({r0["init"], r1["init"], 67280421310721}) == 3
+    for k in ("cuda0", "perm0"):
         assert torch.equal(r0[k], r1[k]), k
+    assert not torch.equal(r0["cpu0"], r1["cpu0"])
     assert r0["repeat"] and r1["repeat"]
     assert not torch.equal(r0["after"], r1["after"])
     again = simdist.run(prog, world_size=2, seed=5)  # the schedule seed does not change the values
     assert torch.equal(again.returns[0]["after"], r0["after"])
+
+
+def _host_draws():
+    import random as _random
+
+    import numpy as _np
+    loader = torch.utils.data.DataLoader(list(range(16)), batch_size=4, shuffle=True)  # RandomSampler: CPU gen
+    return {"init": torch.initial_seed(), "cpu": torch.rand(3).tolist(), "py": _random.random(),
+            "np": float(_np.random.rand()), "batch": next(iter(loader)).tolist(), "cuda": torch.cuda.initial_seed(),
+            "gen": torch.rand(2, generator=torch.Generator()).tolist(), "default": torch.rand(2).tolist()}
+
+
+@pytest.mark.parametrize("transport", ["threads", "processes"])
+def test_host_generators_differ_per_rank_and_repeat_per_run(transport):
+    """Rule: a process torchrun starts seeds its host generators nondeterministically: torch's default CPU
+    generator with getNonDeterministicRandom() (aten/src/ATen/CPUGeneratorImpl.cpp getDefaultCPUGenerator),
+    Python's random and numpy's global RandomState from the OS's entropy; only the CUDA generators start at
+    default_rng_seed_val, and torch.Generator() does too. So unseeded ranks shuffle other batches (a DataLoader's
+    RandomSampler draws its seed from the CPU generator): Megatron-LM's examples/run_simple_mcore_train_loop.py
+    (core_v0.16.1) gives its two tensor-parallel ranks different batches and different replicated position
+    embeddings on GPUs. simdist gave every rank the same CPU seed (the program looked consistent) and left Python's
+    random to the fork (another value every run). Now: a fixed seed per rank, other on every rank, the same in
+    every run and transport, the caller's generators untouched (notes z2)."""
+    import random as _random
+
+    import numpy as _np
+    def seeded_draws():
+        torch.manual_seed(3)
+        _random.seed(3)
+        _np.random.seed(3)
+        return torch.rand(1).item(), _random.random(), _np.random.rand()
+
+    want = seeded_draws()
+    torch.manual_seed(3)
+    _random.seed(3)
+    _np.random.seed(3)
+    res = simdist.run(_host_draws, world_size=2, transport=transport)
+    assert (torch.rand(1).item(), _random.random(), _np.random.rand()) == want  # the caller's, as it left them
+    r0, r1 = res.returns
+    for k in ("init", "cpu", "py", "np", "batch"):
+        assert r0[k] != r1[k], k
+    assert r0["cuda"] == r1["cuda"] == 67280421310721
+    assert r0["gen"] == r1["gen"] != r0["default"]  # torch.Generator() starts at default_rng_seed_val
+    again = simdist.run(_host_draws, world_size=2, seed=4, transport="processes" if transport == "threads" else "threads")
+    assert again.returns == res.returns  # a pure function of the program: not of the schedule seed or transport
 
 
 def test_polling_a_query_lets_time_pass():

@@ -298,7 +298,7 @@ class RankMode(TorchDispatchMode):
     def __init__(self, me):
         super().__init__()
         self.me = me
-        self.cpu_rng_state = None  # the rank's CPU generator state while another rank thread runs
+        self.cpu_rng_state = None  # the rank's host generators' states while another rank thread runs
         self.c10d = None  # its torch.distributed state (simdist/faces/c10d.py RankC10d)
 
     @classmethod

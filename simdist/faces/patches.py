@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import sys
 import threading
 import weakref
@@ -28,7 +29,7 @@ from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
 
-from .world import DEFAULT_RNG_SEED
+from .world import process_seed
 _cpu_gen = torch.default_generator
 
 _lock = threading.Lock()
@@ -784,17 +785,43 @@ def _restore(saved):
             setattr(owner, name, old)
 
 
+def host_rng_states():
+    """The process-global host generators' states: torch's default CPU generator, Python's random, numpy's."""
+    np = sys.modules.get("numpy")
+    return (_cpu_gen.get_state(), random.getstate(), np.random.get_state() if np is not None else None)
+
+
+def set_host_rng_states(states):
+    cpu, py, npy = states
+    _cpu_gen.set_state(cpu)
+    random.setstate(py)
+    np = sys.modules.get("numpy")
+    if np is not None and npy is not None:
+        np.random.set_state(npy)
+
+
+def seed_host_rngs(rank):
+    """A fresh torchrun process's host generators, each seeded otherwise on every rank (world.process_seed)."""
+    seed = process_seed(rank)
+    _cpu_gen.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed & 0xFFFFFFFF)
+
+
 class TorchRankHooks:
     """What each torchrun process has of its own and rank threads of one process share (simdist/ranks/):
-    the CPU random generator (each process starts at c10's default seed), grad mode, the dispatch mode,
-    sys.argv (a script may consume its arguments: argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
+    the host random generators (torch's CPU generator, Python's random, numpy's: each process seeds them
+    otherwise, world.process_seed), grad mode, the dispatch mode, sys.argv (a script may consume its arguments:
+    argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
 
     def __init__(self):
         self.argv = list(sys.argv)
 
     def enter(self, me):
         sys.argv = list(self.argv)
-        _cpu_gen.manual_seed(DEFAULT_RNG_SEED)  # a fresh process's CPU generator
+        seed_host_rngs(me.rank)  # a fresh process's host generators
         # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
         # loaded (simdist/faces/guard.py); with it, grad mode is on as in any fresh thread, without it off.
         torch.set_grad_enabled(guard.available())
@@ -824,9 +851,9 @@ class TorchRankHooks:
             me.face = None
 
     def suspend(self, me):
-        me.face.cpu_rng_state = _cpu_gen.get_state()
+        me.face.cpu_rng_state = host_rng_states()
         me.face.argv = sys.argv
 
     def resume(self, me):
-        _cpu_gen.set_state(me.face.cpu_rng_state)
+        set_host_rng_states(me.face.cpu_rng_state)
         sys.argv = me.face.argv

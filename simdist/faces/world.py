@@ -11,7 +11,24 @@ from .host_memory import HostMemory
 from . import guard
 from .rng import SimGenerator
 
-DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh process's CPU and CUDA seed
+DEFAULT_RNG_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a fresh process's CUDA seed, torch.Generator()'s
+
+
+def process_seed(rank):
+    """The seed of rank `rank`'s process-global host generators: torch's default CPU generator, Python's `random`
+    and numpy's global RandomState. In a process torchrun starts, none of them has a fixed seed: c10 seeds the
+    default CPU generator with getNonDeterministicRandom() (aten/src/ATen/CPUGeneratorImpl.cpp,
+    getDefaultCPUGenerator), Python's random and numpy seed themselves from the OS's entropy, so every rank draws
+    other numbers unless the program seeds them (only the CUDA generators start at default_rng_seed_val). simdist
+    stands for that with a fixed seed per rank: the run stays a pure function of its inputs, and ranks differ, as
+    on GPUs, so a program that relies on unseeded host randomness agreeing across ranks (the same shuffled batches
+    on every tensor-parallel rank, the same replicated weights) diverges here too instead of looking right. Each
+    rank's seed differs from default_rng_seed_val, so torch.Generator() (which starts there) draws other numbers
+    than the default generator, as in a fresh process."""
+    x = (DEFAULT_RNG_SEED + 0x9E3779B97F4A7C15 * (rank + 1)) & 0xFFFFFFFFFFFFFFFF  # splitmix64 of the rank
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
 
 
 def _name_device(device):
