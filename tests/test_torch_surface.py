@@ -1122,3 +1122,42 @@ def test_cudnn_and_peer_access_answer_as_on_a_cuda_build():
 
     assert simdist.run(prog, device_count=2).returns == [[True, True, True, False, "Invalid peer device id", True]]
     assert torch.backends.cudnn.version() is None  # undone after the run
+
+
+def _reprs():
+    a = torch.ones(3, device="cuda", requires_grad=True)
+    loss = (a * 2).sum() / 3
+    lin = torch.nn.Linear(2, 1, bias=False).cuda()
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[0.5, -1.0]]))
+    return [repr(loss), repr(a), repr(a.detach()), repr(torch.ones(2, dtype=torch.float16, device="cuda")),
+            repr(lin.weight), repr(torch.empty(0, 3, device="cuda")), repr(torch.arange(3, device="cuda")),
+            repr(a[:2].t() if a.dim() > 1 else a[:2]), repr(torch.zeros(1, 9, device="cuda", dtype=torch.float64)
+                                                             .expand(12, 9))]
+
+
+def test_printing_a_cuda_tensor_writes_what_torch_writes():
+    """Rule (torch/_tensor_str.py _str_intern, nn.Parameter.__repr__): a CUDA tensor prints its values, then
+    device='cuda:N' first of the suffixes, then dtype (unless a default dtype), size (empty), then the tensor's own
+    grad_fn or requires_grad=True, the suffixes wrapped at the line width; a parameter is preceded by
+    "Parameter containing:". simdist printed a host copy's repr with the device appended last, so every tensor that
+    required grad showed grad_fn=<ToCopyBackward0> (Megatron's run_simple_mcore_train_loop.py printed its loss so;
+    notes z1)."""
+    got = simdist.run(_reprs).returns[0]
+    wide = ("tensor([[0., 0., 0., 0., 0., 0., 0., 0., 0.],\n" + "        [0., 0., 0., 0., 0., 0., 0., 0., 0.],\n" * 10
+            + "        [0., 0., 0., 0., 0., 0., 0., 0., 0.]], device='cuda:0',\n       dtype=torch.float64)")  # wrapped at 80
+    assert got == [
+        "tensor(2., device='cuda:0', grad_fn=<DivBackward0>)",
+        "tensor([1., 1., 1.], device='cuda:0', requires_grad=True)",
+        "tensor([1., 1., 1.], device='cuda:0')",
+        "tensor([1., 1.], device='cuda:0', dtype=torch.float16)",
+        "Parameter containing:\ntensor([[ 0.5000, -1.0000]], device='cuda:0', requires_grad=True)",
+        "tensor([], device='cuda:0', size=(0, 3))",
+        "tensor([0, 1, 2], device='cuda:0')",
+        "tensor([1., 1.], device='cuda:0', grad_fn=<SliceBackward0>)",
+        wide,
+    ]
+    # the same texts as torch writes for CPU tensors, less the device suffix
+    cpu = [t.replace("device='cuda:0', ", "").replace(", device='cuda:0'", "") for t in got]
+    a = torch.ones(3, requires_grad=True)
+    assert cpu[0] == repr((a * 2).sum() / 3) and cpu[1] == repr(a) and cpu[7] == repr(a[:2])

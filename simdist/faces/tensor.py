@@ -185,10 +185,60 @@ class SimTensor(torch.Tensor):
                         "Use Tensor.cpu() to copy the tensor to host memory first.")
 
     def __repr__(self, *, tensor_contents=None):
-        host = self.cpu()
-        text = repr(host)
-        suffix = f", device='{self.device}'"
-        return text[:-1] + suffix + ")" if text.endswith(")") else text
+        """What printing a CUDA tensor writes on a GPU (torch/_tensor_str.py _str_intern, for a dense tensor): the
+        values, read from the device as printing does, formatted as torch formats them, then the suffixes in
+        torch's order, wrapped at its line width: device (unless it is the default device), dtype, size (of an
+        empty tensor, or with edgeitems 0), then grad_fn or requires_grad=True (of this tensor, not of a host
+        copy), tangent; a parameter as nn.Parameter.__repr__ writes it ("Parameter containing:"). It was the
+        repr of a host copy with the device appended: every tensor that required grad printed
+        `grad_fn=<ToCopyBackward0>` (a leaf too) and the device last (notes z1)."""
+        from torch._tensor_str import PRINT_OPTS, _add_suffixes, _tensor_str
+        with torch.no_grad():
+            host = self.detach().cpu()
+        prefix = "tensor("
+        indent = len(prefix)
+        suffixes = []
+        dev = self.device
+        try:
+            here = torch.cuda.current_device()
+        except Exception:  # noqa: BLE001 - outside a rank: no current simulated device
+            here = None
+        if dev.type != torch._C._get_default_device() or (dev.type == "cuda" and here != dev.index):
+            suffixes.append(f"device='{dev}'")
+        default_complex = torch.cdouble if torch.get_default_dtype() == torch.double else torch.cfloat
+        has_default_dtype = self.dtype in (torch.get_default_dtype(), default_complex, torch.int64, torch.bool)
+        if self.numel() == 0:
+            if self.dim() != 1:
+                suffixes.append("size=" + str(tuple(self.shape)))
+            if self.dtype != torch.get_default_dtype():
+                suffixes.append("dtype=" + str(self.dtype))
+            contents = "[]"
+        else:
+            if not PRINT_OPTS.edgeitems:
+                suffixes.append("size=" + str(tuple(self.shape)))
+            if not has_default_dtype:
+                suffixes.append("dtype=" + str(self.dtype))
+            contents = _tensor_str(host, indent) if tensor_contents is None else None
+        if tensor_contents is not None:
+            contents = tensor_contents
+        try:
+            grad_fn = self.grad_fn
+            grad_fn_name = None if grad_fn is None else type(grad_fn).__name__
+            if grad_fn_name == "CppFunction":
+                grad_fn_name = grad_fn.name().rsplit("::", 1)[-1]
+        except RuntimeError:  # (torch: a no-grad view modified in place in no-grad mode, pytorch#99968)
+            grad_fn_name = "Invalid"
+        if grad_fn_name is not None:
+            suffixes.append(f"grad_fn=<{grad_fn_name}>")
+        elif self.requires_grad:
+            suffixes.append("requires_grad=True")
+        _primal, tangent = torch.autograd.forward_ad.unpack_dual(self)
+        if tangent is not None:
+            suffixes.append(f"tangent={tangent}")
+        text = _add_suffixes(prefix + contents, suffixes, indent, force_newline=False)
+        if isinstance(self, torch.nn.Parameter):
+            text = "Parameter containing:\n" + text
+        return text
 
     def __format__(self, spec):
         if self.dim() == 0:
