@@ -817,3 +817,137 @@ def test_a_cuda_generator_and_the_default_one_seeded_alike_draw_alike():
                 torch.equal(a, b.ge(0).float())]
 
     assert simdist.run(prog).returns[0] == [True, True, True, 5, [5, 1], False]
+
+
+def test_cuda_kernels_without_a_deterministic_implementation_alert_at_the_call():
+    # aten/src/ATen/Context.cpp alertNotDeterministic, called by CUDA kernels' host code (cuda/SummaryOps.cu
+    # _histc_cuda, cuda/Indexing.cu index_reduce, TensorAdvancedIndexing.cpp put_ `!accumulate || self is CUDA`,
+    # EmbeddingBag.cu, NLLLoss2d.cu ...; torch/__init__.py use_deterministic_algorithms lists them): with
+    # torch.use_deterministic_algorithms(True) these ops raise RuntimeError "<caller> does not have a deterministic
+    # implementation, but you set 'torch.use_deterministic_algorithms(True)'..." at the call; warn_only=True makes
+    # it a UserWarning. The CPU kernels simdist runs have no such alert, so simdist computed them. Which op alerts,
+    # under which condition and with which caller name is as an H200 (torch 2.11, CUDA 13) does it
+    # (ci/gpu_d_facts.py, docs/gpu/d-series-facts-2026-12-02.json): e.g. histc of a float tensor alerts, of an
+    # integer one not; median with a dim alerts, without not; scatter_reduce "prod" alerts, "sum" runs (a
+    # deterministic path). d14.
+    import warnings
+
+    import torch.nn.functional as F
+
+    def prog():
+        i4 = torch.tensor([0, 1, 1, 3], device="cuda")
+        s = torch.arange(1., 5, device="cuda")
+        cases = {
+            "histc_f": lambda: torch.histc(s, 4), "histc_i": lambda: torch.histc(s.long(), 4),
+            "bincount_w": lambda: torch.bincount(i4, weights=s), "bincount": lambda: torch.bincount(i4),
+            "median_dim": lambda: torch.median(s, 0), "median": lambda: torch.median(s), "mode": lambda: torch.mode(s),
+            "scatter_reduce_prod": lambda: torch.zeros(5, device="cuda").scatter_reduce_(0, i4, s, "prod"),
+            "scatter_reduce_sum": lambda: torch.zeros(5, device="cuda").scatter_reduce_(0, i4, s, "sum"),
+            "put_acc": lambda: torch.zeros(5, device="cuda").put_(i4, s, accumulate=True),
+            "index_add": lambda: torch.zeros(5, device="cuda").index_add_(0, i4, s),
+            "nll2d_mean": lambda: F.nll_loss(torch.zeros(1, 3, 2, 2, device="cuda"),
+                                             torch.zeros(1, 2, 2, dtype=torch.long, device="cuda")),
+            "nll_mean": lambda: F.nll_loss(torch.zeros(3, 4, device="cuda"), i4[:3]),
+            "adaptive_avg2d_bw": lambda: F.adaptive_avg_pool2d(
+                torch.ones(1, 1, 4, 4, device="cuda", requires_grad=True), 3).sum().backward(),
+        }
+        out = {}
+        torch.use_deterministic_algorithms(True)
+        try:
+            for k, fn in cases.items():
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                    out[k] = "ok"
+                except RuntimeError as e:
+                    out[k] = str(e).split(" does not have")[0]
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                r = torch.histc(s, 4)
+            out["warn"] = ([str(m.message).split(" does not")[0] for m in w if m.category is UserWarning],
+                           r.tolist())
+        finally:
+            torch.use_deterministic_algorithms(False)
+        return out
+
+    out = simdist.run(prog).returns[0]
+    assert out == {"histc_f": "_histc_cuda with floating point input", "histc_i": "ok",
+                   "bincount_w": "_bincount_cuda", "bincount": "ok", "median_dim": "median CUDA with indices output",
+                   "median": "ok", "mode": "ok", "scatter_reduce_prod": "scatter_reduce_cuda_prod_",
+                   "scatter_reduce_sum": "ok", "put_acc": "put_", "index_add": "ok",
+                   "nll2d_mean": "nll_loss2d_forward_out_cuda_template", "nll_mean": "ok",
+                   "adaptive_avg2d_bw": "adaptive_avg_pool2d_backward_cuda",
+                   "warn": (["_histc_cuda with floating point input"], [1.0, 1.0, 1.0, 1.0])}
+
+
+def test_deterministic_mode_fills_uninitialized_memory_as_torch_does():
+    # TensorFactories.cpp / cuda EmptyTensor (empty, empty_strided, empty_permuted and what calls them: empty_like,
+    # new_empty...) and Resize.cpp resize_ (fill_resize_deterministic_: the bytes the storage grew by): with
+    # torch.use_deterministic_algorithms(True) and torch.utils.deterministic.fill_uninitialized_memory (default
+    # True) new memory holds NaN (floating, complex) or the type's largest value (integers; True for bool).
+    # simdist returned the allocator's bytes: a freed block's stale values, a silent wrong value. Measured on an
+    # H200 for 14 dtypes and 9 factories (ci/gpu_d_facts.py: the same bytes as eager CPU). d15.
+    def prog(dev):
+        torch.use_deterministic_algorithms(True)
+        try:
+            junk = torch.arange(64., device=dev)
+            del junk  # a freed block of known values, for the next allocation to reuse
+            out = [snap(torch.empty(3, device=dev)), snap(torch.empty(3, dtype=torch.int32, device=dev)),
+                   snap(torch.empty(2, dtype=torch.bool, device=dev)), snap(torch.empty(2, dtype=torch.uint64, device=dev)),
+                   snap(torch.empty_strided((2, 2), (1, 3), device=dev)), snap(torch.empty_like(torch.ones(2, 3, device=dev))),
+                   snap(torch.ones(2, device=dev).new_empty((3,)))]
+            t = torch.ones(2, device=dev)
+            t.resize_(5)  # the first two elements keep their values, the rest are filled
+            out.append(snap(t))
+            torch.utils.deterministic.fill_uninitialized_memory = False
+            u = torch.ones(2, device=dev)
+            u.resize_(3)
+            out.append(snap(u[:2]))
+        finally:
+            torch.utils.deterministic.fill_uninitialized_memory = True
+            torch.use_deterministic_algorithms(False)
+        return out
+
+    got = both(prog)
+    assert torch.isnan(got[0]).all() and got[1].tolist() == [2 ** 31 - 1] * 3 and got[2].tolist() == [True, True]
+    assert torch.isnan(got[7][2:]).all() and got[7][:2].tolist() == [1.0, 1.0]
+
+
+def test_ctc_loss_of_simulated_tensors_runs_atens_native_kernels_or_is_refused():
+    # F.ctc_loss asks _use_cudnn_ctc_loss and _use_miopen_ctc_loss, ops with CUDA kernels only
+    # (cudnn/LossCTC.cpp, miopen/LossCTC_miopen.cpp); on the CPU build both raised NotImplementedError ("Could not
+    # run 'aten::_use_cudnn_ctc_loss.Tensor' with arguments from the 'CPU' backend") for every ctc_loss. With int64
+    # targets a GPU takes ATen's native kernels (the same as the CPU's); with int32 targets and float32 log_probs
+    # cuDNN's, which simdist does not model: refused by name. And the native backward alerts in deterministic mode
+    # ("ctc_loss_backward_gpu", measured on an H200). d16.
+    import torch.nn.functional as F
+
+    def prog(dev):
+        x = torch.randn(6, 2, 4, generator=torch.Generator().manual_seed(0)).to(dev).requires_grad_()
+        loss = F.ctc_loss(x.log_softmax(-1), torch.tensor([[1, 2], [3, 3]], device=dev),
+                          torch.tensor([6, 5], device=dev), torch.tensor([2, 2], device=dev))
+        loss.backward()
+        return [snap(loss), snap(x.grad)]
+
+    both(prog)
+
+    def cudnn(dev="cuda"):
+        x = torch.randn(6, 1, 4, device=dev).log_softmax(-1)
+        return F.ctc_loss(x, torch.tensor([1, 2], dtype=torch.int32), [6], [2])
+
+    with pytest.raises(simdist.UnsupportedOperation, match="cuDNN's CTC kernel"):
+        simdist.run(cudnn)
+
+    def alerts():
+        x = torch.randn(6, 1, 4, device="cuda", requires_grad=True)
+        loss = F.ctc_loss(x.log_softmax(-1), torch.tensor([[1, 2]], device="cuda"), torch.tensor([6], device="cuda"),
+                          torch.tensor([2], device="cuda"))
+        torch.use_deterministic_algorithms(True)
+        try:
+            loss.backward()
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    with pytest.raises(RuntimeError, match="ctc_loss_backward_gpu does not have a deterministic implementation"):
+        simdist.run(alerts)

@@ -19,7 +19,8 @@ from ..engine.errors import SimulationError, UnsupportedOperation
 from ..engine.launch import launch, launch_kernel
 from . import rng, sync_debug
 from .op_info import _FAST_OPS, _INFO, FUNCTIONAL, INPLACE, VIEW, op_info
-from .op_rules import SPEC_FIXES, rule_for
+from .deterministic_fill import fill_new, fills
+from .op_rules import CALL_CHECKS, SPEC_FIXES, rule_for
 from .probe import check_inplace, probe_specs, refuse_on_zeros
 from .storage import check_usable
 from .tensor import HostProxy, SimTensor, set_router, view_bytes
@@ -190,7 +191,10 @@ def _out_specs(func, args, kwargs, key):
     mkw = {k: _to_meta(v) for k, v in kwargs.items() if k != "generator"}
     if "device" in mkw and mkw["device"] is not None:
         mkw["device"] = "meta"
-    res = func(*margs, **mkw)
+    if torch.are_deterministic_algorithms_enabled():
+        res = _meta_without_alerts(func, margs, mkw)
+    else:
+        res = func(*margs, **mkw)
     if isinstance(res, (tuple, list)):
         out = ([_spec_of(r, func) for r in res], True)
     else:
@@ -202,6 +206,19 @@ def _out_specs(func, args, kwargs, key):
     if ck is not None:
         _SPEC_CACHE[ck] = out
     return out
+
+
+def _meta_without_alerts(func, margs, mkw):
+    """A meta kernel run for output specs only, with deterministic mode off: some meta kernels alert as CUDA's
+    would (torch/_meta_registrations.py: device_hint of a meta tensor is "cuda"), one for mode where the GPU's does
+    not, and a spec cached per signature would alert once only; the alerts of simulated CUDA ops are
+    rules/deterministic.py's, at every call."""
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        return func(*margs, **mkw)
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
 
 
 def _extent_bytes(shape, stride, dtype):
@@ -393,6 +410,9 @@ def _host_index(i) -> bool:
 
 
 def dispatch(me, func, args, kwargs):
+    check = CALL_CHECKS.get(func)
+    if check is not None:
+        check(func, args, kwargs)
     if func in _HOST_INDICES_OK and len(args) > 1 and any(_host_index(i) for i in args[1]):
         to_copy = op_info(aten._to_copy.default).rule
         dev = args[0].device
@@ -858,6 +878,8 @@ def factory(me, func, args, kwargs, tdev):
     stream = me.current_stream(dev.index)
     out = allocate(dev, stream, tuple(res.shape), tuple(res.stride()), res.dtype)
     if func in _EMPTY:
+        if fills():
+            fill_new(me, out, stream)
         return out
     info = op_info(func)
     ckw = dict(kwargs)

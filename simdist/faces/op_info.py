@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .op_rules import out_rule_for, rule_for
+from .op_rules import CALL_CHECKS, out_rule_for, rule_for
 
 _TensorType = torch._C.TensorType
 
@@ -198,7 +198,7 @@ def op_info(func):
     if i is None:
         i = _INFO[func] = _classify(func)
         if (i.kind == FUNCTIONAL and i.out_variant is not None and not i.random and i.rule is None
-                and i.reads_data):
+                and i.reads_data and func not in CALL_CHECKS):
             i.func = func
             _FAST_OPS[id(func)] = i
     return i

@@ -11,6 +11,7 @@ RULES: dict = {}
 NAMESPACE_RULES: dict = {}  # "c10d" -> rule for every op of that namespace without a rule of its own
 OUT_RULE = None  # the rule of every op with `out=` arguments and no rule of its own (rules/outs.py)
 SPEC_FIXES: dict = {}  # op -> fix(args, kwargs, specs) of the output specs its meta kernel gives (rules/meta_fixes.py)
+CALL_CHECKS: dict = {}  # op -> check(func, args, kwargs) a CUDA kernel's host code makes at the call (rules/deterministic.py)
 
 
 def register(*ops):
@@ -67,5 +68,18 @@ def register_spec_fix(*ops):
             if op in SPEC_FIXES:
                 raise ValueError(f"a spec fix for {op} is already registered")
             SPEC_FIXES[op] = fn
+        return fn
+    return deco
+
+
+def register_call_check(*ops):
+    """A check a CUDA kernel's host code makes at the call, before the op is simulated whatever its rule or path
+    (dispatch.py dispatch): it raises or warns as the GPU does (deterministic-mode alerts). Such ops never take the
+    fast path."""
+    def deco(fn):
+        for op in ops:
+            if op in CALL_CHECKS:
+                raise ValueError(f"a call check for {op} is already registered")
+            CALL_CHECKS[op] = fn
         return fn
     return deco

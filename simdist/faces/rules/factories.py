@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..deterministic_fill import fill_new, fills
 from ..dispatch import _factory_device, _sim_of, _to_meta, _unwrap, allocate
 from ..op_rules import register
 
@@ -26,7 +27,10 @@ def _empty_like(me, func, args, kwargs):
     mk["device"] = "meta"
     mk.pop("pin_memory", None)
     res = func(*margs, **mk)
-    return allocate(dev, me.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
+    out = allocate(dev, me.current_stream(dev.index), tuple(res.shape), tuple(res.stride()), res.dtype)
+    if fills():
+        fill_new(me, out)
+    return out
 
 
 @register(aten.lift_fresh.default, aten.lift_fresh_copy.default)

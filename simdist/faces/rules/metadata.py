@@ -9,6 +9,7 @@ from ...engine.errors import UnsupportedOperation
 from ..dispatch import (_functional, _sim_of, _to_meta, _unwrap, _view, allocate)
 from ..op_info import op_info
 from ..op_rules import register, register_namespace
+from ..deterministic_fill import fill_grown, fills
 from ..storage import resize_storage
 from ..tensor import view_bytes
 from ..tensor import SimTensor
@@ -136,7 +137,10 @@ def _resize(me, func, args, kwargs):
     m = _meta_like(x)
     rest = tuple(_to_meta(a) for a in args[1:])
     func(m, *rest, **{k: _to_meta(v) for k, v in kwargs.items()})  # torch's own checks and strides
+    old = x._alloc.nbytes
     _restride(x, tuple(m.shape), tuple(m.stride()), x.storage_offset())
+    if fills():
+        fill_grown(me, x, old)
     return args[0]
 
 
