@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from ..engine import collectives as engine
 from ..engine.context import current_rank
-from ..engine.errors import NcclError, SimulationError, UnsupportedOperation
+from ..engine.errors import CollectiveMismatch, NcclError, SimulationError, UnsupportedOperation
 from . import guard, guard_events
 from .tensor import SimTensor
 
@@ -62,18 +62,23 @@ def _redop_name(op, tensor=None):
     n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
     n = n.split(".")[-1].upper()
     cuda = tensor is not None and tensor.device.type == "cuda"
-    if cuda and tensor.dtype in _UNREDUCED_DTYPES:
-        raise UnsupportedOperation(
-            f"an NCCL reduction ({n}) of a {tensor.dtype} tensor is not modelled by simdist: torch refuses float8 "
-            "reductions unless built with NCCL's fp8 types (ProcessGroupNCCL: 'Float8 dtypes are not currenlty "
-            "supported for NCCL reductions'), and which unsigned types it maps depends on the build; gathers and "
-            "broadcasts of these dtypes are modelled")
+    if cuda and tensor.dtype in _FP8_UNREDUCIBLE:  # ProcessGroupNCCL: fnuz and e8m0 have no NCCL reduction
+        raise RuntimeError("Unsupported Float8 type for NCCL reduction")
     if n == "PREMUL_SUM":
+        if cuda and tensor.dtype not in _PREMUL_DTYPES:  # getNcclReduceOp's switch over the NCCL datatype
+            raise TypeError("PreMulSum Data type must be half, float, bfloat16 or double")
         f = getattr(op, "factor", None)
         if f is None:
             raise UnsupportedOperation("ReduceOp.PREMUL_SUM needs a factor: use dist._make_nccl_premul_sum(f)")
-        f = f.item() if isinstance(f, torch.Tensor) else float(f)
-        return f"PREMUL_SUM({f!r})"
+        return f"PREMUL_SUM({_premul_factor(f, tensor if cuda else None)!r})"
+    if cuda and tensor.dtype in _FP8_NCCL:
+        if n == "AVG":  # measured on an H200 (torch 2.11, NCCL 2.28): ncclAvg has no fp8 kernel
+            raise DistBackendError(f"NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, invalid argument (ncclAvg of a "
+                                   f"{tensor.dtype} tensor: NCCL has no average of float8)")
+        raise UnsupportedOperation(
+            f"an NCCL reduction ({n}) of a {tensor.dtype} tensor is not modelled by simdist: NCCL >= 2.24 reduces "
+            "float8 natively (an H200 with torch 2.11 / NCCL 2.28 runs SUM, MAX, MIN and PRODUCT), but in which "
+            "precision and order it rounds partial results is not modelled; gathers and broadcasts of float8 are")
     if n in ("BAND", "BOR", "BXOR") and cuda:
         raise ValueError(f"Cannot use ReduceOp.{n} with NCCL")
     if n == "AVG" and cuda and tensor.dtype == torch.bool:
@@ -85,9 +90,52 @@ def _redop_name(op, tensor=None):
     return n
 
 
-_UNREDUCED_DTYPES = frozenset(getattr(torch, n) for n in (
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "uint16", "uint32",
-    "uint64") if hasattr(torch, n))
+# NCCLUtils.hpp ncclDataType: the dtypes ProcessGroupNCCL maps to an NCCL datatype. Others are refused before any
+# collective or P2P runs (getNcclDataType: TypeError "Input tensor data type is not supported for NCCL process
+# group: Short"; all_to_all goes through torch/csrc/cuda/nccl.cpp: RuntimeError "Unconvertible NCCL type Short").
+# Measured on an H200 (torch 2.11, NCCL 2.28; ci/gpu_z_nccl_facts.py, docs/gpu/z-series-nccl-facts-2026-12-02.json).
+_NCCL_UNMAPPED = {getattr(torch, n): c for n, c in (
+    ("int16", "Short"), ("uint16", "UInt16"), ("uint32", "UInt32"), ("uint64", "UInt64"),
+    ("float8_e8m0fnu", "Float8_e8m0fnu")) if hasattr(torch, n)}
+_FP8_NCCL = frozenset(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2") if hasattr(torch, n))
+_FP8_UNREDUCIBLE = frozenset(getattr(torch, n) for n in ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+                             if hasattr(torch, n))
+_PREMUL_DTYPES = frozenset((torch.float16, torch.float32, torch.float64, torch.bfloat16))
+
+
+def _premul_factor(f, tensor):
+    """The factor NCCL multiplies by, as ProcessGroupNCCL hands it over (getNcclReduceOp -> unpackPreMulSum<T,
+    dataType>): a host scalar converted to T, or a device tensor read as T through const_data_ptr<T>(). For bfloat16
+    data T is float (torch <= 2.11: pytorch/pytorch#190745, fixed by pull #190747) while NCCL reads a 2-byte
+    bfloat16 from it: the factor is the bfloat16 whose bits are the low half of the float32 (every power of two
+    reads as 0: the reduction comes back all zeros; measured on an H200 with torch 2.11 / NCCL 2.28). A factor
+    tensor must be on the device (on the CPU NCCL dereferences a host pointer on the GPU: an illegal memory access,
+    measured) and of dtype T (const_data_ptr<T> checks it)."""
+    if isinstance(f, torch.Tensor):
+        if tensor is None:
+            return f.item()
+        if f.device.type != "cuda":
+            raise UnsupportedOperation(
+                "a PREMUL_SUM factor tensor on the CPU: NCCL reads the factor from device memory (ncclScalarDevice), "
+                "so on a GPU the collective dereferences a host pointer (an illegal memory access on an H200, "
+                "measured): put the factor on the device, or pass a Python float")
+        want = torch.float32 if tensor.dtype == torch.bfloat16 else tensor.dtype
+        if f.dtype != want:
+            raise RuntimeError(f"expected scalar type {_c10_name(want)} but found {_c10_name(f.dtype)}")
+        v = float(f.reshape(-1)[0].item())
+    else:
+        v = float(f)
+    if tensor is None:
+        return v
+    if tensor.dtype == torch.bfloat16:
+        bits = torch.tensor([v], dtype=torch.float32).view(torch.int16)[0:1]  # little-endian: the low half first
+        return float(bits.view(torch.bfloat16).item())
+    return float(torch.tensor(v, dtype=tensor.dtype).item())  # T(double_factor): the factor NCCL multiplies by
+
+
+def _c10_name(dt):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16"}.get(dt, str(dt).replace("torch.", ""))
 
 
 def _sig_t(t):
@@ -129,6 +177,13 @@ def _check(me, t, what, p2p=False):
         return t
     if t.is_sparse:
         raise ValueError("Tensors must be CUDA and dense")
+    unmapped = _NCCL_UNMAPPED.get(t.dtype)
+    if unmapped is not None:
+        if what.startswith("all_to_all"):
+            raise RuntimeError(f"Unconvertible NCCL type {unmapped}")
+        if t.dtype in _FP8_UNREDUCIBLE and what.startswith(("all_reduce", "reduce_scatter")):
+            raise RuntimeError("Unsupported Float8 type for NCCL reduction")
+        raise TypeError(f"Input tensor data type is not supported for NCCL process group: {unmapped}")
     if t._dev.rank != me.rank:
         raise SimulationError(f"{what}: rank {me.rank} passed a tensor of rank {t._dev.rank}")
     if not p2p and not (t.is_contiguous() or _dense_format(t)):
@@ -238,7 +293,7 @@ class SimWork(dist.Work):
         return False
 
     def is_success(self):
-        return self.is_completed()
+        raise NotImplementedError("WorkNCCL::isSuccess() is deprecated")  # as ProcessGroupNCCL's Work, measured
 
     def exception(self):
         return None
@@ -637,9 +692,21 @@ class SimProcessGroup(dist.ProcessGroup):
                              f"match its input {list(t.shape)}")
         # outputs of different sizes are allowed (ProcessGroupNCCL then broadcasts each rank's input in turn): the
         # signature is the list of output shapes, which every rank must agree on
-        return self._run("all_gather", _desc("all_gather", [t]), ("all_gather", tuple(_sig_t(x) for x in outs)), [t],
-                         outs, lambda vals: [[v[0] for v in vals]] * n, _async(opts),
-                         nbytes=sum(x.numel() * x.element_size() for x in outs))
+        sig = ("all_gather", tuple(_sig_t(x) for x in outs))
+        nbytes = sum(x.numel() * x.element_size() for x in outs)
+        if any(tuple(x.shape) != tuple(t.shape) for x in outs):
+            return self._run("all_gather", _desc("all_gather", [t]), sig, [t], outs,
+                             lambda vals: [[v[0] for v in vals]] * n, _async(opts), nbytes=nbytes)
+        # one size: ProcessGroupNCCL::allgather gathers into outputFlattened = newLikeFlat(outputs) ([n, *shape], made
+        # on the current stream) and copies its rows into the outputs on the NCCL stream; the Work's outputs, so its
+        # result() and its future's value, are [outputFlattened] (torch's quantization comm hooks index
+        # fut.wait()[0][rank]); measured on an H200: the value is one tensor of shape [world, *shape]
+        flat = torch.empty((n, *t.shape), dtype=t.dtype, device=t.device)
+        work = self._run("all_gather", _desc("all_gather", [t]), sig, [t], [flat, *outs],
+                         lambda vals: [[torch.stack([v[0].reshape(t.shape) for v in vals])] + [v[0] for v in vals]] * n,
+                         _async(opts), nbytes=nbytes)
+        work._outputs = [flat]
+        return work
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self._coalesce([self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_list)])
@@ -693,9 +760,10 @@ class SimProcessGroup(dist.ProcessGroup):
         if len(ins) != n:
             raise ValueError(f"reduce_scatter: input_list has {len(ins)} tensors for {n} ranks")
         name = _redop_name(getattr(opts, "reduceOp", None), o)
-        if ins[g.index[me.rank]].numel() != o.numel():
-            raise ValueError(f"reduce_scatter: output {list(o.shape)} does not match this rank's input slot "
-                             f"{list(ins[g.index[me.rank]].shape)}")
+        mine = ins[g.index[me.rank]]
+        if mine.numel() != o.numel():  # RuntimeError, as the H200 raised it (a copy_ of the slot into the output)
+            raise RuntimeError(f"The size of tensor a ({o.numel()}) must match the size of tensor b ({mine.numel()}) "
+                               "at non-singleton dimension 0")
         return self._run(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
             "reduce_scatter", _desc("reduce_scatter", [o], name),
             ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
@@ -740,9 +808,25 @@ class SimProcessGroup(dist.ProcessGroup):
         me = _rank()
         outs = [_check(me, x, "all_to_all") for x in outputs]
         ins = [_check(me, x, "all_to_all") for x in inputs]
-        n = self._engine_group().size()
-        return self._run("all_to_all", _desc("all_to_all", ins), ("all_to_all", len(ins)), ins, outs,
-                         lambda vals: [[vals[k][j] for k in range(n)] for j in range(n)], _async(opts))
+        g = self._engine_group()
+        n = g.size()
+        # NCCL moves bytes: torch::cuda::nccl::all2all sends ins[j] (its numel, its datatype) to rank j and receives
+        # outs[j] from it, so every pair must agree on dtype and element count (a rank's tensors share one dtype:
+        # distributed_c10d.all_to_all checks it); a disagreement is a mismatch, never a conversion
+        dts = {str(x.dtype) for x in ins + outs}
+        sizes = ([x.numel() for x in ins], [x.numel() for x in outs])
+
+        def compute(vals, metas):
+            for j in range(n):
+                for k in range(n):
+                    if metas[k][0][j] != metas[j][1][k]:
+                        raise CollectiveMismatch(
+                            f"all_to_all on group {g.name}: rank {g.ranks[k]} sends {metas[k][0][j]} elements to rank "
+                            f"{g.ranks[j]}, which receives {metas[j][1][k]} from it (NCCL send/recv counts must "
+                            "match)")
+            return [[vals[k][j] for k in range(n)] for j in range(n)]
+        return self._run("all_to_all", _desc("all_to_all", ins), ("all_to_all", len(ins), tuple(sorted(dts))), ins,
+                         outs, compute, _async(opts), meta=sizes)
 
     def gather(self, output_lists, inputs, opts=None):
         me = _rank()
@@ -754,6 +838,7 @@ class SimProcessGroup(dist.ProcessGroup):
         outs = [_check(me, x, "gather") for x in (output_lists[0] if output_lists else [])] if is_root else []
         if is_root and len(outs) != n:
             raise ValueError(f"gather: the destination needs a gather_list of {n} tensors")
+        _assert_type_and_sizes_match("gather", outs, t)
         return self._run("gather", _desc("gather", [t], f"dst={g.ranks[root]}"), ("gather", _sig_t(t), root), [t],
                          outs, lambda vals: [[v[0] for v in vals] if j == root else [] for j in range(n)],
                          _async(opts))
@@ -768,6 +853,7 @@ class SimProcessGroup(dist.ProcessGroup):
         ins = [_check(me, x, "scatter") for x in (input_lists[0] if input_lists else [])] if is_root else []
         if is_root and len(ins) != n:
             raise ValueError(f"scatter: the source needs a scatter_list of {n} tensors")
+        _assert_type_and_sizes_match("scatter", ins, t)
         return self._run("scatter", _desc("scatter", [t], f"src={g.ranks[root]}"), ("scatter", _sig_t(t), root), ins,
                          [t], lambda vals: [[vals[root][j]] for j in range(n)], _async(opts))
 
@@ -888,9 +974,24 @@ def _stage_noncontiguous(ts, what, role, async_op):
             for t in ts]
 
 
+def _assert_type_and_sizes_match(what, ts, ref):
+    """ProcessGroupNCCL::gather / scatter on the root: assertTypeAndSizesMatch (c10d Utils.hpp) of every list
+    tensor against the single tensor, raised through their invalidArgument (ValueError); measured on an H200."""
+    for i, x in enumerate(ts):
+        if x.dtype != ref.dtype:
+            raise ValueError(f"ProcessGroupNCCL::{what}: invalid tensor type at index {i} (expected {ref.dtype}, got "
+                             f"{x.dtype})")
+        if tuple(x.shape) != tuple(ref.shape):
+            raise ValueError(f"ProcessGroupNCCL::{what}: invalid tensor size at index {i} (expected "
+                             f"({', '.join(map(str, ref.shape))}), got ({', '.join(map(str, x.shape))}))")
+
+
 def _root(opts, g, what):
     """The root's group rank, checked as ProcessGroupNCCL checks it (assertRootRank: a ValueError)."""
     root = int(getattr(opts, "rootRank", 0))
+    if what == "broadcast" and not 0 <= root < g.size():  # no assertRootRank there: ncclBroadcast refuses it
+        raise DistBackendError(f"NCCL error in: /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, invalid argument (broadcast from root {root} of "
+                               f"a group of {g.size()} ranks; measured on an H200)")
     if not 0 <= root < g.size():
         raise ValueError(f"ProcessGroupNCCL::{what}: Invalid root rank: {root} (the group has {g.size()} ranks)")
     return root

@@ -1,12 +1,17 @@
 """bf16 gradient reduce-scatter with the pre-division folded into the collective: ReduceOp.PREMUL_SUM with factor
-1/world (`dist._make_nccl_premul_sum`), then the same with a tensor factor; values exact in bf16.
+1/world (`dist._make_nccl_premul_sum`), then the same with a tensor factor on fp32; the program asserts the intended
+values, and on a GPU with torch <= 2.11 the bf16 one comes back all zeros.
 
-EXPECTED: clean
+EXPECTED: error
+ERROR: AssertionError
 MODELLED ON: FSDP2's gradient reduce-scatter (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
 `_get_gradient_divide_factors` / `_div_if_needed`: for NCCL it uses `ReduceOp.PREMUL_SUM` via
 `_make_nccl_premul_sum(1 / factor)` so the division happens inside the reduction).
-REASON: ProcessGroupNCCL getNcclReduceOp: PREMUL_SUM becomes ncclRedOpCreatePreMulSum with the factor (half, float,
-bfloat16 or double); each input is multiplied by the factor and the products summed. The chosen values are exact.
+REASON: ProcessGroupNCCL getNcclReduceOp hands NCCL the bf16 factor through unpackPreMulSum<float, ncclBfloat16>:
+NCCL reads 2 bytes of the float, the low half, which is 0 for every power of two (pytorch/pytorch#190745, fixed by
+pull #190747), so the bf16 reduce-scatter multiplies by 0. Measured on an H200 with torch 2.11 / NCCL 2.28
+(docs/gpu/z-series-nccl-facts-2026-12-02.json, premul/bfloat16/*; notes zd1). Until zd1 simdist gave the intended
+values and this program's verdict was `clean`; the fp32 tensor-factor half is right on both.
 """
 import os
 
