@@ -1124,6 +1124,45 @@ def test_cudnn_and_peer_access_answer_as_on_a_cuda_build():
     assert torch.backends.cudnn.version() is None  # undone after the run
 
 
+def test_legacy_cuda_tensor_types_work_as_on_a_cuda_build():
+    """torch.cuda.FloatTensor & co. (old code: `Tensor = torch.cuda.FloatTensor`, `Tensor(n, 1).fill_(1.0)`,
+    `Tensor(np_array)`, `x.type(torch.cuda.DoubleTensor)`, `set_default_tensor_type(torch.cuda.FloatTensor)`):
+    the legacy constructor makes an uninitialized tensor of the given sizes, or one holding the data in the type's
+    dtype, or returns a tensor of that very type and refuses another ("expected torch.cuda.FloatTensor (got
+    torch.cuda.LongTensor)") (torch/csrc/utils/tensor_new.cpp legacy_tensor_generic_ctor_new); isinstance asks
+    the tensor's type; Tensor.type(T) converts, to the current device for a CUDA target given without an index,
+    and gives the tensor itself for its own type (python_variable_methods.cpp THPVariable_type). The CPU build
+    refuses all of it ("Torch not compiled with CUDA enabled"); simdist/faces/legacy_types.py."""
+    import numpy as np
+
+    def prog():
+        torch.cuda.set_device(1)
+        x = torch.ones(2, device="cuda")
+        Tensor = torch.cuda.FloatTensor
+        out = [x.type(), isinstance(x, torch.cuda.FloatTensor), isinstance(x, torch.cuda.LongTensor),
+               isinstance(torch.ones(2), torch.cuda.FloatTensor), Tensor(3, 1).fill_(1.0).sum().item(),
+               Tensor(np.arange(4)).dtype, str(torch.cuda.LongTensor([1, 2]).device), Tensor(x) is not None,
+               Tensor().shape, x.type(torch.cuda.DoubleTensor).dtype, x.type("torch.cuda.HalfTensor").dtype,
+               str(torch.ones(2).type(torch.cuda.FloatTensor).device), str(x.type(torch.FloatTensor).device),
+               x.type(torch.cuda.FloatTensor) is x, torch.ones(2).type()]
+        try:
+            Tensor(x.long())
+        except TypeError as e:
+            out.append(str(e))
+        torch.set_default_tensor_type(torch.cuda.FloatTensor)
+        out.append(str(torch.zeros(1).device))
+        torch.set_default_tensor_type(torch.FloatTensor)
+        out.append(str(torch.zeros(1).device))
+        return out
+
+    with pytest.warns(UserWarning):  # torch's own deprecation warning of set_default_tensor_type
+        got = simdist.run(prog, device_count=2).returns[0]
+    assert got == ["torch.cuda.FloatTensor", True, False, False, 3.0, torch.float32, "cuda:1", True,
+                   torch.Size([0]), torch.float64, torch.float16, "cuda:1", "cpu", True, "torch.FloatTensor",
+                   "expected torch.cuda.FloatTensor (got torch.cuda.LongTensor)", "cuda:1", "cpu"]
+    assert "not available" in str(pytest.raises(TypeError, torch.cuda.FloatTensor, 2).value)  # undone
+
+
 def _reprs():
     a = torch.ones(3, device="cuda", requires_grad=True)
     loss = (a * 2).sum() / 3

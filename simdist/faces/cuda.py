@@ -850,6 +850,8 @@ def cuda_patches():
     # a CUDA build's torch.version.cuda (None on the CPU build): libraries gate GPU paths on it (torch DDP's
     # bf16_compress_hook refused to register, a raw TypeError, with None)
     out.append((torch.version, "cuda", CUDA_VERSION))
+    from .legacy_types import legacy_type_patches
+    out += legacy_type_patches()  # torch.cuda.FloatTensor & co., Tensor.type(T), set_default_tensor_type
     return out
 
 
