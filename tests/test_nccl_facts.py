@@ -159,6 +159,8 @@ def test_broadcast_from_a_root_outside_the_group_is_an_nccl_error():
 
 
 # --- zd4: the Work of a list all_gather ------------------------------------------------------------------------
+@pytest.mark.xfail(strict=True, reason="zd4 reverted: modelling outputFlattened hid the TP=2 refit race at 2.8 "
+                                       "semantics (tests/test_refit.py); notes zd4")
 def test_list_all_gather_future_value_is_the_flat_output():
     """ProcessGroupNCCL::allgather with outputs of one size gathers into outputFlattened = newLikeFlat(outputs)
     ([world, *shape]) and copies its rows out; the Work's outputs, so result() and the future's value, are

@@ -22,6 +22,11 @@ def set_current_rank(rank):
         _live[threading.get_ident()] = rank
 
 
+def forget_thread(ident):
+    """A thread that no longer runs a rank although it never returned (a stalled rank left blocked)."""
+    _live.pop(ident, None)
+
+
 def process_rank():
     """For a host thread the program itself started (DataLoader's pin-memory thread): the one simulated rank this
     process runs, or None when it runs none or several (rank threads of one process)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import _thread
 import threading
 
+from ..engine.context import forget_thread
 from ..engine.rank import BLOCKED, DONE, NEW, RUNNING
 from ..engine.turns import Baton, end_turn
 from . import RankHooks, TurnTaker
@@ -62,7 +63,11 @@ class ThreadTransport(TurnTaker):
         finally:
             self._end_run()
             for k, slot in enumerate(self.slots):
-                if slot.thread is not None and k != stuck:  # (a stalled thread stays blocked: a daemon)
+                if slot.thread is None:
+                    continue
+                if k == stuck:  # a stalled thread stays blocked (a daemon): it runs no rank any more
+                    forget_thread(slot.thread.ident)
+                else:
                     slot.thread.join(timeout=60)
 
     def _watch(self):
