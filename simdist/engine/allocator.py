@@ -24,6 +24,7 @@ from bisect import bisect_left as _bisect_left, insort as _insort
 
 import torch
 
+from .allocator_stats import FOLD_AT, STAT_FAMILIES, STAT_POOLS, AllocatorStats  # noqa: F401 (re-exported)
 from .errors import UnsupportedOperation
 
 MIN_BLOCK = 512
@@ -176,61 +177,6 @@ class Allocation:
             self.uses.append(stream)
 
 
-STAT_FAMILIES = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-                 "active_bytes", "inactive_split_bytes", "requested_bytes")
-STAT_POOLS = ("all", "small_pool", "large_pool")
-
-
-class AllocatorStats:
-    """The caching allocator's DeviceStats (c10/core/CachingDeviceAllocator.h): per family and pool ("all",
-    "small_pool", "large_pool") a Stat of current, peak, allocated (the sum of increases) and freed (of decreases),
-    changed where CUDACachingAllocator.cpp changes them: alloc_found_block (allocation, allocated_bytes, active,
-    active_bytes, requested_bytes up; inactive_split by the split), free (allocation, allocated_bytes down, before
-    any record_stream events), free_block (active, active_bytes, requested_bytes down; inactive_split by the merges),
-    alloc_block / release_block (segment, reserved_bytes; num_device_alloc / num_device_free), and
-    synchronize_and_free_events (num_sync_all_streams, at every empty_cache and OOM retry)."""
-
-    def __init__(self):
-        self.stat = {f: [[0, 0, 0, 0] for _ in STAT_POOLS] for f in STAT_FAMILIES}
-        self.num_sync_all_streams = 0
-        self.num_device_alloc = 0
-        self.num_device_free = 0
-
-    def up(self, family, small, amount):
-        if amount:
-            for st in (self.stat[family][0], self.stat[family][1 if small else 2]):
-                st[0] += amount
-                if st[0] > st[1]:
-                    st[1] = st[0]
-                st[2] += amount
-
-    def down(self, family, small, amount):
-        if amount:
-            for st in (self.stat[family][0], self.stat[family][1 if small else 2]):
-                st[0] -= amount
-                st[3] += amount
-
-    def change(self, family, small, amount):
-        if amount > 0:
-            self.up(family, small, amount)
-        elif amount < 0:
-            self.down(family, small, -amount)
-
-    def current(self, family, pool="all"):
-        return self.stat[family][STAT_POOLS.index(pool)][0]
-
-    def reset_peak(self):
-        for rows in self.stat.values():
-            for st in rows:
-                st[1] = st[0]
-
-    def reset_accumulated(self):
-        for rows in self.stat.values():
-            for st in rows:
-                st[2] = st[3] = 0
-        self.num_sync_all_streams = self.num_device_alloc = self.num_device_free = 0
-
-
 class DeviceMemory:
     """Per-device caching allocator over poison-filled segments."""
 
@@ -321,18 +267,20 @@ class DeviceMemory:
             block.size = size
             self._insert(rest)
             if already_split:  # an inactive split block shrinks by size bytes
-                st.down("inactive_split_bytes", small, size)
+                split_blocks, split_bytes = 0, -size
             else:  # a new inactive split block: the rest of a block that was whole
-                st.up("inactive_split", small, 1)
-                st.up("inactive_split_bytes", small, remaining)
+                split_blocks, split_bytes = 1, remaining
         elif already_split:  # an inactive split block becomes active whole
-            st.down("inactive_split", small, 1)
-            st.down("inactive_split_bytes", small, block.size)
-        st.up("allocation", small, 1)
-        st.up("allocated_bytes", small, block.size)
-        st.up("active", small, 1)
-        st.up("active_bytes", small, block.size)
-        st.up("requested_bytes", small, nbytes)
+            split_blocks, split_bytes = -1, -block.size
+        else:
+            split_blocks = split_bytes = 0
+        # alloc_found_block's figures (engine/allocator_stats.py: allocation, allocated_bytes, active,
+        # active_bytes, requested_bytes, inactive_split, inactive_split_bytes)
+        log = st.log
+        bsize = block.size
+        log.extend((not small, 1, bsize, 1, bsize, nbytes, split_blocks, split_bytes))
+        if len(log) >= FOLD_AT:
+            st.fold()
         block.allocated = True
         seg = block.segment
         seg.live += 1
@@ -406,17 +354,16 @@ class DeviceMemory:
         # the bytes stop counting as allocated at free, even when reuse waits for recorded streams
         # (CUDACachingAllocator::free updates the stats before insert_events)
         self.allocated_bytes -= alloc.block.size
-        small = alloc.block.segment.small
-        self.stats.down("allocation", small, 1)
-        self.stats.down("allocated_bytes", small, alloc.block.size)
         if alloc.uses:
+            size = alloc.block.size
+            self.stats.log.extend((not alloc.block.segment.small, -1, -size, 0, 0, 0, 0, 0))  # free's figures
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
             host = self.owner.host  # the owning process's host, whichever thread dropped it
             markers = [s.record_marker(host) for s in alloc.uses]
             self.pending_frees.append((alloc, markers))
             return
-        self._release(alloc)
+        self._release(alloc, True)
 
     def _process_pending_frees(self):
         if not self.pending_frees:
@@ -433,7 +380,8 @@ class DeviceMemory:
                 keep.append((alloc, markers))
         self.pending_frees = keep
 
-    def _release(self, alloc):
+    def _release(self, alloc, freed_now=False):
+        """free_block; freed_now: free()'s figures change in the same event (no record_stream wait between)."""
         block = alloc.block
         alloc.block = None
         recs = alloc.records
@@ -469,12 +417,13 @@ class DeviceMemory:
         if block.prev is not None or block.next is not None:
             split_blocks += 1
             split_bytes += block.size
-        st = self.stats
-        st.change("inactive_split", small, split_blocks)
-        st.change("inactive_split_bytes", small, split_bytes)
-        st.down("active", small, 1)
-        st.down("active_bytes", small, size)
-        st.down("requested_bytes", small, alloc.nbytes)
+        log = self.stats.log
+        if freed_now:
+            log.extend((not small, -1, -size, -1, -size, -alloc.nbytes, split_blocks, split_bytes))
+        else:
+            log.extend((not small, 0, 0, -1, -size, -alloc.nbytes, split_blocks, split_bytes))
+        if len(log) >= FOLD_AT:
+            self.stats.fold()
 
     def empty_cache(self):
         self._process_pending_frees()

@@ -119,3 +119,69 @@ def test_a_zero_byte_allocation_takes_no_block(sim):
     assert (b.block.segment.id, b.block.offset) == where
     mem.free(z)
     assert mem.stats.current("allocation") == 1
+
+
+class _StatByStat:
+    """The Stats as CUDACachingAllocator.cpp changes them, one at a time (the reference for the folded log):
+    increase -> current += n, peak = max(peak, current), allocated += n; decrease -> current -= n, freed += n,
+    each in its pool and in "all"."""
+
+    def __init__(self):
+        from simdist.engine.allocator_stats import STAT_FAMILIES
+        self.stat = {f: [[0, 0, 0, 0] for _ in range(3)] for f in STAT_FAMILIES}
+
+    def event(self, large, deltas):
+        from simdist.engine.allocator_stats import LOGGED
+        for family, n in zip(LOGGED, deltas):
+            for st in (self.stat[family][0], self.stat[family][2 if large else 1]):
+                st[0] += n
+                if n > 0:
+                    st[1] = max(st[1], st[0])
+                    st[2] += n
+                else:
+                    st[3] -= n
+
+
+def test_the_logged_figures_equal_changing_each_stat_at_each_event(sim, monkeypatch):
+    """engine/allocator_stats.py folds the malloc / free events in batches (cumsum / max over the batch): the
+    figures must be those of changing every Stat at every event, before and after a fold, whatever the order of
+    pools and signs (a seeded random sequence of mallocs and frees of both pools crossing several folds)."""
+    import random
+    from simdist.engine import allocator, allocator_stats
+    monkeypatch.setattr(allocator, "FOLD_AT", allocator_stats.EVENT * 64)  # many folds in a short sequence
+    ref = _StatByStat()
+    s = sim.stream()
+    mem = sim.malloc(512, s).allocator
+    st = mem.stats
+    for f, rows in st.stat.items():
+        ref.stat[f] = [row[:] for row in rows]
+    events, folds = [], []
+
+    class Tap(list):  # the allocator's log, each event also given to the reference
+        def extend(self, ev):
+            events.append(ev)
+            ref.event(ev[0], ev[1:])
+            super().extend(ev)
+
+    fold = st.fold
+
+    def tapped_fold():
+        fold()
+        folds.append(len(events))
+        st.log = Tap()
+    st.log = Tap()
+    st.fold = tapped_fold
+
+    def logged(stat):
+        return {f: stat[f] for f in allocator_stats.LOGGED}  # (segment figures change at once, not logged)
+    rng = random.Random(7)
+    live = []
+    for _ in range(600):
+        if live and rng.random() < 0.45:
+            mem.free(live.pop(rng.randrange(len(live))))
+        else:
+            live.append(sim.malloc(rng.choice((64, 700, 5000, 300_000, 2 << 20, 3 << 20)), s))
+        if rng.random() < 0.05:
+            assert logged(st.stat) == logged(ref.stat)  # a read folds: equal mid-way too
+    assert len(set(folds)) > 5 and len(events) > 500
+    assert logged(st.stat) == logged(ref.stat)
