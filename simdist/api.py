@@ -132,8 +132,9 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
                 raise err
             World.check_finished([line for rank in ranks for line in rank.collectives.pending_lines()])
             tokens = {}
-            for rank in ranks:
-                tokens.update(rank.tokens.resolved)
+            if any(rank.detector.deferred for rank in ranks):  # (only deferred accesses need them: Detector.finish)
+                for rank in ranks:
+                    tokens.update(rank.tokens.resolved)
             outcomes = [take_outcome(rank, tokens) for rank in ranks]
         finally:
             for rank in ranks:

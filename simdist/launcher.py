@@ -355,8 +355,9 @@ class RankProcess:
             me = world.ranks[rank]
             put(store, f"{prefix}tokens/{rank}", _dumps(me.tokens.resolved))
             tokens = {}
-            for r in range(world.world_size):
-                tokens.update(pickle.loads(take(store, f"{prefix}tokens/{r}")))
+            if me.detector.deferred:  # (only deferred accesses need every rank's tokens: Detector.finish)
+                for r in range(world.world_size):
+                    tokens.update(pickle.loads(take(store, f"{prefix}tokens/{r}")))
             outcome = take_outcome(me, tokens)
             from .engine.frames import portable_frames
             for hz in outcome.hazards:
