@@ -728,7 +728,10 @@ def _reduce(b):
         return None
     d = b.integers(-b.t(x).dim(), b.t(x).dim() - 1)
     n = b.name("t")
-    return Step("reduce", f"{n} = " + b.choice(_REDUCE).format(x=x, d=d), {n: "dev"})
+    forms = _REDUCE
+    if b.t(x).dtype in (torch.float16, torch.bfloat16):  # a GPU's half scans round every partial (rules/scans.py)
+        forms = [f for f in _REDUCE if f not in ("{x}.cumsum({d})", "{x}.cumprod({d})")]
+    return Step("reduce", f"{n} = " + b.choice(forms).format(x=x, d=d), {n: "dev"})
 
 
 @op("data_dependent", "reduction", ("nonzero", "masked_select", "unique", "index", "argwhere"))
@@ -1451,12 +1454,14 @@ def _lowp_reduce(b):
     v = b.name("t")
     n = b.name("t")
     d = b.choice([0, 1, -1])
-    f = b.choice(["{v}.sum()", "{v}.sum({d})", "{v}.mean({d})", "{v}.cumsum({d})", "{v}.cumsum({d}, dtype=torch.float32)",
+    # (a half / bf16 cumsum or cumprod rounds every partial result on a GPU, the CPU each output once: not drawn,
+    # tests/test_gpu_dtype_facts.py checks simdist's against an H200's; the float32 scan is the CPU's on both sides)
+    f = b.choice(["{v}.sum()", "{v}.sum({d})", "{v}.mean({d})", "{v}.float().cumsum({d}).to({dt})", "{v}.cumsum({d}, dtype=torch.float32)",
                   "{v}.sum(dtype=torch.float32)", "{v}.float().sum({d}).to({dt})", "{v}.prod({d})",
                   "{v}.softmax({d})", "{v}.softmax({d}, dtype=torch.float32)", "torch.log_softmax({v}, {d})",
                   "torch.var_mean({v}, {d})[0]", "torch.std_mean({v}, {d}, correction=0)[1]", "{v}.norm()",
                   "torch.logsumexp({v}, {d})", "{v}.nansum({d})", "torch.linalg.vector_norm({v}, 2, {d})",
-                  "{v}.mean(dtype=torch.float32)", "{v}.cumprod({d})", "({v} * {v}).sum({d}, keepdim=True)"])
+                  "{v}.mean(dtype=torch.float32)", "{v}.float().cumprod({d})", "({v} * {v}).sum({d}, keepdim=True)"])
     return Step("lowp_reduce", f"{v} = {src}.to(dev, {_dt(dt)})\n{n} = " + f.format(v=v, d=d, dt=_dt(dt)),
                 {v: "dev", n: "dev"})
 

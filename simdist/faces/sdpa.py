@@ -24,6 +24,8 @@ import os
 
 import torch
 
+from .autocast import lower_precision_fp
+
 MATH, FLASH, EFFICIENT, CUDNN = 0, 1, 2, 3
 _DEFAULT_ORDER = [1, 2, 0, 3, 4]  # torch's order before the CUDA chooser first runs (at::Context)
 _CUDNN_FIRST = [CUDNN, FLASH, EFFICIENT, MATH]
@@ -120,6 +122,7 @@ def _grad_needed(q, k, v):
     return torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
+@lower_precision_fp  # autocast_mode.cpp casts scaled_dot_product_attention's arguments before its kernel runs
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """F.scaled_dot_product_attention inside a run: the fused kernel the GPU picks for simulated CUDA tensors

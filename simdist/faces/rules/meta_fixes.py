@@ -99,7 +99,8 @@ def _real(t):
 # torch.outer (a broadcast mul) and torch._int_mm work. Raised where simdist reads the output spec, once per call
 # (the spec of a refused signature is never cached), so float products keep the fast path.
 _C10_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-              torch.bool: "Bool"}
+              torch.bool: "Bool",  # and float8 (the H200 too: '"addmm_cuda" / "baddbmm_cuda" / "dot" not implemented
+              torch.float8_e4m3fn: "Float8_e4m3fn", torch.float8_e5m2: "Float8_e5m2"}  # for 'Float8_e4m3fn'')
 _NO_CUDA_INTEGER_KERNEL = {aten.mm.default: "addmm_cuda", aten.addmm.default: "addmm_cuda",
                            aten.addbmm.default: "addmm_cuda", aten.bmm.default: "baddbmm_cuda",
                            aten.baddbmm.default: "baddbmm_cuda", aten.mv.default: "addmv_impl_cuda",
