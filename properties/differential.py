@@ -323,6 +323,20 @@ def _shares_elements(t):
     return idx.unique().numel() < t.numel()
 
 
+class _GpuRefusals(torch.utils._python_dispatch.TorchDispatchMode):
+    """The shadow's ops, refused where a GPU's kernel lacks the dtype and the CPU's computes it (uint16 / float8
+    mul, abs, roll, sort, any...: simdist refuses them as the GPU does): such a step is not drawn."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from simdist.faces.rules.cuda_dtypes import gpu_refusal
+        out = func(*args, **(kwargs or {}))
+        first = out[0] if isinstance(out, (tuple, list)) and out else out
+        err = gpu_refusal(func, args, first.dtype if isinstance(first, torch.Tensor) else None)
+        if err is not None:
+            raise err
+        return out
+
+
 class _Builder:
     def __init__(self, draw):
         self.draw = draw
@@ -356,7 +370,8 @@ class _Builder:
         if step is None:
             return False
         try:
-            self._exec(step.code)
+            with _GpuRefusals():
+                self._exec(step.code)
             ok = all(self._sane(n) for n in step.new) and not any(self._lost(n) for n in self.live())
         except Exception:  # noqa: BLE001 - eager torch rejects the step (or the builder's limits do): drop it
             ok = False

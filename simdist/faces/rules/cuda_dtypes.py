@@ -104,3 +104,14 @@ def _abs(me, func, args, kwargs):
     if _sim_of(args[0]).dtype is torch.bool:
         return aten.clone.default(args[0])
     return _functional(me, func, op_info(func), args, kwargs)
+
+
+def gpu_refusal(func, args, out_dtype):
+    """The error a GPU raises for `func` of these arguments (out_dtype: the result's), or None: for the
+    differential tier, which must not draw what a GPU refuses and the CPU computes."""
+    entry = _REFUSED.get(func)
+    if entry is None:
+        return None
+    kernel, dtypes, on_input = entry
+    dt = _sim_of(args[0]).dtype if on_input else out_dtype
+    return refusal(kernel, dt) if dt in dtypes else None
