@@ -205,6 +205,7 @@ class DeviceMemory:
         self.num_alloc_retries = 0
         self.num_ooms = 0
         self.stats = AllocatorStats()
+        self.stat_log = self.stats.log  # (the events malloc / free append: engine/allocator_stats.py)
         self._null = None  # the zero-byte segment that size-0 allocations view (no device memory)
 
     # --- pools -----------------------------------------------------------
@@ -276,9 +277,9 @@ class DeviceMemory:
             split_blocks = split_bytes = 0
         # alloc_found_block's figures (engine/allocator_stats.py: allocation, allocated_bytes, active,
         # active_bytes, requested_bytes, inactive_split, inactive_split_bytes)
-        log = st.log
+        log = self.stat_log
         bsize = block.size
-        log.extend((not small, 1, bsize, 1, bsize, nbytes, split_blocks, split_bytes))
+        log.extend((not small, bsize, bsize, nbytes, split_blocks, split_bytes))
         if len(log) >= FOLD_AT:
             st.fold()
         block.allocated = True
@@ -356,7 +357,7 @@ class DeviceMemory:
         self.allocated_bytes -= alloc.block.size
         if alloc.uses:
             size = alloc.block.size
-            self.stats.log.extend((not alloc.block.segment.small, -1, -size, 0, 0, 0, 0, 0))  # free's figures
+            self.stat_log.extend((not alloc.block.segment.small, -size, 0, 0, 0, 0))  # free's figures
             # record_stream: the block waits for the work queued so far on each
             # recorded stream (an event per stream, polled at later mallocs)
             host = self.owner.host  # the owning process's host, whichever thread dropped it
@@ -417,11 +418,8 @@ class DeviceMemory:
         if block.prev is not None or block.next is not None:
             split_blocks += 1
             split_bytes += block.size
-        log = self.stats.log
-        if freed_now:
-            log.extend((not small, -1, -size, -1, -size, -alloc.nbytes, split_blocks, split_bytes))
-        else:
-            log.extend((not small, 0, 0, -1, -size, -alloc.nbytes, split_blocks, split_bytes))
+        log = self.stat_log
+        log.extend((not small, -size if freed_now else 0, -size, -alloc.nbytes, split_blocks, split_bytes))
         if len(log) >= FOLD_AT:
             self.stats.fold()
 

@@ -35,11 +35,15 @@ _CUR, _INC, _DEC, _PEAK, _PEAK_ALL = 0, 2, 4, 6, 8
 _WIDTH = 9
 _BASE = {f: _WIDTH * i for i, f in enumerate(STAT_FAMILIES)}
 
-# an event of the log: (large pool?, then a delta per family in this order)
-LOGGED = ("allocation", "allocated_bytes", "active", "active_bytes", "requested_bytes", "inactive_split",
-          "inactive_split_bytes")
+# an event of the log: (large pool?, then a delta per family in this order). allocation and active change by
+# one block exactly when allocated_bytes and active_bytes change (a block has a size; a zero-byte storage takes
+# none), so their deltas are those bytes' signs and are not logged.
+LOGGED = ("allocated_bytes", "active_bytes", "requested_bytes", "inactive_split", "inactive_split_bytes")
 EVENT = 1 + len(LOGGED)
-FOLD_AT = EVENT * 4096  # the log's length at which it is folded (about 260 KB of ints)
+FOLD_AT = EVENT * 4096  # the log's length at which it is folded
+# the families the fold gives, in its column order: the two block counts from the signs, then LOGGED
+_FOLDED = ("allocation", "allocated_bytes", "active", "active_bytes", "requested_bytes", "inactive_split",
+           "inactive_split_bytes")
 
 
 class AllocatorStats:
@@ -78,12 +82,14 @@ class AllocatorStats:
         log = self.log
         if not log:
             return
-        self.log = []
+        data = array("q", log)  # (then frombuffer: 4x torch.tensor's speed on a list)
+        log.clear()  # (in place: DeviceMemory holds this list)
         # plain CPU kernels on int64, whatever modes the program has on (a rank's dispatch mode, a default device)
         with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
-            t = _frombuffer(array("q", log), dtype=torch.int64).view(-1, EVENT)  # (array: 4x torch.tensor's speed)
+            t = _frombuffer(data, dtype=torch.int64).view(-1, EVENT)
             large = t[:, :1]
-            d = t[:, 1:]
+            b = t[:, 1:]
+            d = torch.cat((b[:, :1].sign(), b[:, :1], b[:, 1:2].sign(), b[:, 1:]), 1)  # _FOLDED's columns
             d_large = d * large
             pools = torch.cat((d - d_large, d_large), 1)  # [small deltas | large deltas]
             run = pools.cumsum(0)
@@ -92,8 +98,8 @@ class AllocatorStats:
             sizes = pools.abs().sum(0).tolist()
             highs_all = d.cumsum(0).max(0).values.tolist()
         v = self.v
-        n = len(LOGGED)
-        for j, family in enumerate(LOGGED):
+        n = len(_FOLDED)
+        for j, family in enumerate(_FOLDED):
             b = _BASE[family]
             cur_all = v[b] + v[b + 1]
             for p in (0, 1):
