@@ -147,10 +147,6 @@ KNOWN_DTYPE_DIFFERENCES = {
        ("uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")},
     "fft:float16": "cuFFT's size check vs MKL's dtype refusal", "fft:complex32": "the same",
     "std:float8_e4m3fn": "std_var_all vs std_cuda", "std:float8_e5m2": "the same",
-    # SimTensor's __invert__ reaches the kernel; torch's Python binding checks the dtype first (TypeError)
-    **{f"bitnot:{dt}": "NotImplementedError instead of TypeError" for dt in
-       ("float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128", "float8_e4m3fn",
-        "float8_e5m2")},
 }
 
 

@@ -139,6 +139,9 @@ class SimTensor(torch.Tensor):
         return _aten._local_scalar_dense.default(self)
 
     def __invert__(self):
+        # torch's binding checks first (python_variable_methods.cpp THPVariable_invert), on CPU and CUDA alike
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            raise TypeError("~ (operator.invert) is only implemented on integer and Boolean-type tensors")
         return torch.bitwise_not(self)
 
     def contiguous(self, memory_format=torch.contiguous_format):
