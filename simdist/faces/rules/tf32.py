@@ -58,24 +58,17 @@ def _float32_operands(args, operands):
                for p in operands)
 
 
-@register(*_OPERANDS)
+@register(*_OPERANDS, *_INPLACE)
 def _gemm(me, func, args, kwargs):
-    operands = _OPERANDS[func]
+    inplace = func in _INPLACE
+    operands = (_INPLACE if inplace else _OPERANDS)[func]
+    path = _inplace if inplace else _functional
     info = op_info(func)
     if torch.backends.cuda.matmul.allow_tf32 and _float32_operands(args, operands):
-        return _functional(me, func, info, args, kwargs, kernel=_tf32_kernel(func, operands))
-    if not kwargs:  # the op's fast path, as without this rule (its output-layout cache knows no flags)
+        return path(me, func, info, args, kwargs, kernel=_tf32_kernel(func, operands))
+    if not inplace and not kwargs:  # the op's fast path, as without this rule (its output-layout cache knows no flags)
         info.func = func
         r = _fast_functional(me, info, args)
         if r is not _MISS:
             return r
-    return _functional(me, func, info, args, kwargs)
-
-
-@register(*_INPLACE)
-def _gemm_(me, func, args, kwargs):
-    operands = _INPLACE[func]
-    info = op_info(func)
-    if torch.backends.cuda.matmul.allow_tf32 and _float32_operands(args, operands):
-        return _inplace(me, func, info, args, kwargs, kernel=_tf32_kernel(func, operands))
-    return _inplace(me, func, info, args, kwargs)
+    return path(me, func, info, args, kwargs)
