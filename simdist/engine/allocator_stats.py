@@ -83,7 +83,9 @@ class AllocatorStats:
         if not log:
             return
         data = array("q", log)  # (then frombuffer: 4x torch.tensor's speed on a list)
-        log.clear()  # (in place: DeviceMemory holds this list)
+        # in place (DeviceMemory holds this list), and only what was read: a thread the program started may free
+        # a tensor meanwhile (each event is one extend, each step here one C call under the GIL)
+        del log[:len(data)]
         # plain CPU kernels on int64, whatever modes the program has on (a rank's dispatch mode, a default device)
         with torch._C._DisableTorchDispatch(), torch._C.DisableTorchFunction():
             t = _frombuffer(data, dtype=torch.int64).view(-1, EVENT)
