@@ -1163,6 +1163,54 @@ def test_legacy_cuda_tensor_types_work_as_on_a_cuda_build():
     assert "not available" in str(pytest.raises(TypeError, torch.cuda.FloatTensor, 2).value)  # undone
 
 
+def test_legacy_cpu_constructors_read_cuda_scalars_as_item_does():
+    """torch.FloatTensor([s, z]) / torch.Tensor(...) / torch.LongTensor(...) of CUDA 0-d tensors give a CPU tensor on a
+    GPU (H200, torch 2.11: ci/gpu_z_legacy_ctor.py; torch's DDP quantization_pertensor_hook does it with
+    MinMaxObserver's qparams): tensor_new.cpp's legacy constructor stores each element through its __float__ /
+    __index__, i.e. .item(), a synchronizing read on the current stream, so the element conversions and refusals
+    are the CPU's (a float in a LongTensor: 'only integer tensors of a single element can be converted to an
+    index'), and torch.cuda.LongTensor builds on the host first, then copies. simdist raised TypeError 'len() of a
+    0-d tensor' (a mixed list [1.0, s]: NotImplementedError for _local_scalar_dense on CUDA): the CPU build's
+    constructor runs below the dispatch mode. A read not ordered after its producer is a host-read hazard, as with
+    .item(). Outside the run torch's own types are back (simdist/faces/legacy_types.py, host_reads.py)."""
+    tensortype = type(torch.FloatTensor)
+
+    def prog(wait):
+        s, z = torch.tensor(1.5, device="cuda"), torch.tensor(2, device="cuda")
+        out = []
+        for make in (lambda: torch.FloatTensor([s, z]), lambda: torch.Tensor([s, z]), lambda: torch.LongTensor([z, z]),
+                     lambda: torch.DoubleTensor([1.0, s]), lambda: torch.Tensor([[s], [z]]),
+                     lambda: torch.cuda.FloatTensor([s, z]), lambda: torch.LongTensor([s, z]),
+                     lambda: torch.cuda.LongTensor([s])):
+            try:
+                x = make()
+                out.append((str(x.device), x.dtype, x.tolist()))
+            except TypeError as e:
+                out.append(str(e))
+        out.append((isinstance(torch.ones(1), torch.FloatTensor), isinstance(s, torch.FloatTensor),
+                    torch.ones(1).type(torch.DoubleTensor).dtype))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(100000)
+            late = torch.full((), 3.0, device="cuda") * 2
+        if wait:
+            torch.cuda.current_stream().wait_stream(side)
+        out.append(torch.FloatTensor([late]).tolist())
+        return out
+
+    res = simdist.run(prog, args=(True,))
+    index = "only integer tensors of a single element can be converted to an index"
+    assert res.returns[0] == [
+        ("cpu", torch.float32, [1.5, 2.0]), ("cpu", torch.float32, [1.5, 2.0]), ("cpu", torch.int64, [2, 2]),
+        ("cpu", torch.float64, [1.0, 1.5]), ("cpu", torch.float32, [[1.5], [2.0]]),
+        ("cuda:0", torch.float32, [1.5, 2.0]), index, index, (True, False, torch.float64), [6.0]]
+    assert not res.hazards
+    res = simdist.run(prog, args=(False,))
+    assert [h.kind for h in res.hazards] == ["host-read"] and res.hazards[0].observed
+    assert type(torch.FloatTensor) is tensortype and "__new__" not in torch.Tensor.__dict__  # undone
+
+
 def _reprs():
     a = torch.ones(3, device="cuda", requires_grad=True)
     loss = (a * 2).sum() / 3

@@ -9,12 +9,18 @@ by types that behave as a CUDA build's (torch/csrc/utils/tensor_new.cpp legacy_t
 torch/csrc/autograd/python_variable_methods.cpp THPVariable_type, torch/__init__.py set_default_tensor_type).
 A name bound before the run (a module imported outside it) keeps the CPU build's type: calling it still fails
 as there, though `x.type(T)` and `isinstance` with it work.
+
+The CPU build's own constructors (torch.FloatTensor([s, z]), torch.Tensor(...), as torch's DDP
+quantization_pertensor_hook calls them with MinMaxObserver's CUDA 0-d qparams) give a CPU tensor on a GPU, but
+cannot read a simulated tensor (host_reads.py says why): inside a run torch's CPU names are types that read the
+data's simulated tensors to the host and call torch's own constructor, and torch.Tensor's __new__ does the same.
 """
 from __future__ import annotations
 
 import torch
 
 from ..engine.errors import UnsupportedOperation
+from .host_reads import host_args
 
 LEGACY = {"FloatTensor": torch.float32, "DoubleTensor": torch.float64, "HalfTensor": torch.float16,
           "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
@@ -43,6 +49,30 @@ def _make(name, dtype):
 
 
 TYPES = {n: _make(n, dt) for n, dt in LEGACY.items()}
+CPU_ORIG = {n: getattr(torch, n) for n in LEGACY}  # the CPU build's torch.tensortype objects
+
+
+class _CpuTensorType(type):
+    """The metaclass of torch.<X>Tensor during a run: the CPU build's legacy constructor of host data (the data's
+    simulated tensors read first); isinstance and everything else are the original tensortype's."""
+
+    def __call__(cls, *args, **kwargs):
+        return cls.orig(*host_args(args), **kwargs)
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls.orig)
+
+    def __repr__(cls):
+        return repr(cls.orig)
+
+
+CPU_TYPES = {n: _CpuTensorType(n, (), {"orig": T, "dtype": T.dtype, "is_cuda": False, "is_sparse": False,
+                                       "__module__": "torch"}) for n, T in CPU_ORIG.items()}
+
+
+def _tensor_new(cls, *args, **kwargs):
+    # torch.Tensor(data) (and a subclass's super().__new__) is the same legacy constructor (THPVariable_pynew)
+    return torch._C.TensorBase.__new__(cls, *host_args(args), **kwargs)
 
 
 def legacy_new(cls, args, device):
@@ -68,7 +98,9 @@ def legacy_new(cls, args, device):
         if isinstance(a, (torch.UntypedStorage, torch.TypedStorage)):
             raise UnsupportedOperation(f"torch.cuda.{cls.__name__}(storage) (a legacy constructor over a storage) "
                                        "is not modelled by simdist")
-        return torch.tensor(a, dtype=dtype, device=dev)
+        # internal_new_from_data builds it on the host with the type's scalar conversions (a float tensor in a
+        # LongTensor's list is refused as there), then copies it to the device
+        return CPU_ORIG[cls.__name__](*host_args((a,))).to(dev)
     raise TypeError(f"torch.cuda.{cls.__name__}() received an invalid combination of arguments: "
                     f"{tuple(type(a).__name__ for a in args)}")
 
@@ -81,7 +113,7 @@ def _resolve(t):
             if t.startswith(prefix) and t[len(prefix):] in LEGACY:
                 return cuda, LEGACY[t[len(prefix):]]
         return None
-    if isinstance(t, _CudaTensorType) or isinstance(t, type(torch.FloatTensor)):
+    if isinstance(t, (_CudaTensorType, _CpuTensorType, type(CPU_ORIG["FloatTensor"]))):
         return bool(t.is_cuda), t.dtype
     return None
 
@@ -116,7 +148,7 @@ def set_default_tensor_type(t):
     if target is None or not target[0]:
         if target is not None:
             torch.set_default_device(None)
-        return _orig_set_default_tensor_type(t)
+        return _orig_set_default_tensor_type(t.orig if isinstance(t, _CpuTensorType) else t)
     _, dt = target
     if not dt.is_floating_point:
         raise TypeError("only floating-point types are supported as the default type")
@@ -126,6 +158,7 @@ def set_default_tensor_type(t):
 
 def legacy_type_patches():
     from .tensor import SimTensor
-    return [(torch.cuda, n, T) for n, T in TYPES.items()] + [
+    return [(torch.cuda, n, T) for n, T in TYPES.items()] + [(torch, n, T) for n, T in CPU_TYPES.items()] + [
+        (torch.Tensor, "__new__", staticmethod(_tensor_new)),
         (torch.Tensor, "type", tensor_type), (SimTensor, "type", tensor_type),
         (torch, "set_default_tensor_type", set_default_tensor_type)]

@@ -25,6 +25,7 @@ from .cuda import cuda_patches, sim_stream
 from .sdpa import sdpa_patches
 from .dispatch import RankMode
 from .host_memory import location_tag_checked, numpy_checked
+from .host_reads import host_elements as _host_elements
 from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
 from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
@@ -140,19 +141,6 @@ def _default_is_cuda():
         return torch.get_default_device().type == "cuda"
     except Exception:  # noqa: BLE001
         return False
-
-
-def _host_elements(data):
-    """A nested list/tuple with its simulated tensors read to the host (torch.tensor([cuda 0-d tensors]) reads
-    each element, a synchronizing copy); None when it holds none."""
-    if isinstance(data, SimTensor):
-        return data.cpu()
-    if isinstance(data, (list, tuple)):
-        conv = [_host_elements(x) for x in data]
-        if all(c is None for c in conv):
-            return None
-        return type(data)(x if c is None else c for x, c in zip(data, conv))
-    return None
 
 
 def _factory_from_data(orig):
