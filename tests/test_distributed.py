@@ -483,6 +483,47 @@ def test_cuda_build_facts_seen_by_libraries():
     assert torch.version.cuda == before
 
 
+def test_ddp_quantization_pertensor_hook_gives_the_eager_values():
+    """torch DDP's quantization_pertensor_hook (ddp_comm_hooks/quantization_hooks.py): each rank's MinMaxObserver
+    qparams (CUDA 0-d tensors) go through torch.FloatTensor([s, z]), a CPU tensor on a GPU (notes zd5), then a list
+    all_gather whose future value the hook indexes `fut.wait()[0][rank]`, ProcessGroupNCCL's flat [world, 2] buffer
+    (notes zd4); the uint8 buckets are gathered the same way, dequantized with each rank's qparams and averaged.
+    simdist raised TypeError ('len() of a 0-d tensor') at the constructor. Every rank's gradients must be that
+    computation done eagerly on the CPU, bit for bit."""
+    from torch.distributed.algorithms.ddp_comm_hooks import quantization_hooks as qh
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 4))
+
+    def batch(r):
+        return torch.randn(5, 8, generator=torch.Generator().manual_seed(r))
+
+    def fn():
+        dist.init_process_group("nccl")
+        ddp = DDP(make().cuda())
+        ddp.register_comm_hook(None, qh.quantization_pertensor_hook)
+        ddp(batch(dist.get_rank()).cuda()).square().sum().backward()
+        return [p.grad.cpu() for p in ddp.module.parameters()]
+
+    res = simdist.run(fn, world_size=2)
+    assert not res.hazards
+    deq = []  # per rank: its local gradients quantized and dequantized with its own bucket's qparams
+    for r in range(2):
+        m = make()
+        m(batch(r)).square().sum().backward()
+        grads = [p.grad for p in m.parameters()]
+        obs = torch.ao.quantization.MinMaxObserver()
+        obs(torch.cat([g.flatten() for g in grads]))  # one bucket: its min and max
+        s, z = torch.FloatTensor(list(obs.calculate_qparams()))
+        deq.append([qh._dequantize_per_tensor_backend(qh._quantize_per_tensor_backend(g, s, z), s, z) for g in grads])
+    want = [(a + b) / 2 for a, b in zip(*deq)]
+    for got in res.returns:
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+    assert not all(torch.equal(a, b) for a, b in zip(*deq))  # the ranks' own contributions differ
+
+
 @pytest.mark.parametrize("world,gather_dim,shard_dim", [(2, 0, 1), (3, 1, 0), (2, 2, 1)])
 def test_dtensor_shard_dim_alltoall(world, gather_dim, shard_dim):
     """torch.ops._dtensor.shard_dim_alltoall (DTensor's Shard(i) -> Shard(j)) gives what its fake kernel defines

@@ -159,8 +159,6 @@ def test_broadcast_from_a_root_outside_the_group_is_an_nccl_error():
 
 
 # --- zd4: the Work of a list all_gather ------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="zd4 reverted: modelling outputFlattened hid the TP=2 refit race at 2.8 "
-                                       "semantics (tests/test_refit.py); notes zd4")
 def test_list_all_gather_future_value_is_the_flat_output():
     """ProcessGroupNCCL::allgather with outputs of one size gathers into outputFlattened = newLikeFlat(outputs)
     ([world, *shape]) and copies its rows out; the Work's outputs, so result() and the future's value, are
@@ -175,6 +173,27 @@ def test_list_all_gather_future_value_is_the_flat_output():
         return len(v), tuple(v[0].shape), v[0].tolist(), [o.tolist() for o in outs]
     for r in simdist.run(prog, world_size=2).returns:
         assert r == (1, (2, 3), [[1.0] * 3, [2.0] * 3], [[1.0] * 3, [2.0] * 3])
+
+
+def test_list_all_gather_copies_its_rows_on_the_collectives_stream():
+    """The rows of outputFlattened reach the outputs by copy_ kernels in ProcessGroupNCCL's post-processing, on the
+    collective's stream under a CUDAStreamGuard, before the Work's end event: outputs of any layout of one size are
+    taken (column slices of a larger buffer), with async_op=True too, and only wait() orders the caller after the
+    copies (reading before it is a race, its stale bytes observed). simdist refused the async case by name and
+    staged synchronous ones through stand-ins of its own."""
+    def prog(wait):
+        n, r = dist.get_world_size(), dist.get_rank()
+        big = torch.zeros(4, 2 * n, device="cuda")
+        work = dist.all_gather([big[:, 2 * j:2 * j + 2] for j in range(n)], torch.full((4, 2), float(r + 1),
+                                                                                      device="cuda"), async_op=True)
+        if wait:
+            work.wait()
+        return big[0].tolist(), [tuple(x.shape) for x in work.result()]
+    for nccl in ("2.7", "2.8"):
+        res = simdist.run(prog, world_size=2, nccl=nccl, args=(True,))
+        assert res.returns == [([1.0, 1.0, 2.0, 2.0], [(2, 4, 2)])] * 2 and not res.hazards
+    res = simdist.run(prog, world_size=2, args=(False,))
+    assert {h.kind for h in res.hazards} == {"host-read"} and all(h.observed for h in res.hazards)
 
 
 def test_work_is_success_is_deprecated_on_nccl():

@@ -528,7 +528,9 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- the one path of every collective -------------------------------------------------------
     def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
-             stream_key=None, meta=None, host_blocking=False, group=None):
+             stream_key=None, meta=None, host_blocking=False, group=None, post=None):
+        """post(stream): ProcessGroupNCCL's post-processing, launched on the collective's stream before its end
+        event; returns more tensors the work uses (record_stream-ed or stashed with its own)."""
         me = _rank()
         g = group if group is not None else self._engine_group()
         tensors = list(inputs) + list(outputs)
@@ -575,6 +577,8 @@ class SimProcessGroup(dist.ProcessGroup):
             if isinstance(e, dist.DistBackendError):
                 raise
             raise DistBackendError(str(e)) from None
+        if post is not None:
+            tensors += post(stream)
         host = me.host
         stash = None
         if on_side:
@@ -673,13 +677,6 @@ class SimProcessGroup(dist.ProcessGroup):
             raise UnsupportedOperation("all_gather with several tensors per rank (one per device) is not modelled")
         t = _check(me, inputs[0], "all_gather")
         outs = [_check(me, x, "all_gather", p2p=True) for x in output_lists[0]]
-        staged = _stage_noncontiguous(outs, "all_gather", "outputs", _async(opts))
-        if staged is not None:  # ProcessGroupNCCL gathers into a flat buffer, then copy_ into each output
-            work = self.allgather([staged], inputs, opts)
-            for x, tmp in zip(outs, staged):
-                if x is not tmp:
-                    x.copy_(tmp)
-            return work
         g = self._engine_group()
         n = g.size()
         if len(outs) != n:
@@ -694,14 +691,11 @@ class SimProcessGroup(dist.ProcessGroup):
         # signature is the list of output shapes, which every rank must agree on
         sig = ("all_gather", tuple(_sig_t(x) for x in outs))
         nbytes = sum(x.numel() * x.element_size() for x in outs)
-        # One size: ProcessGroupNCCL::allgather gathers into outputFlattened = newLikeFlat(outputs) ([n, *shape],
-        # made on the current stream) and its Work's value is [outputFlattened] (notes zd4, measured on an H200).
-        # Modelling that buffer (472f442) moved the caching allocator's reuses so that the refit's TP=2
-        # no_record_stream race at torch 2.8 semantics, which damages weights on 2 H200s, went unreported
-        # (tests/test_refit.py): reverted until the buffer's lifetime is modelled as the GPU's; the Work's value is
-        # the list of outputs (zd4 open again).
-        return self._run("all_gather", _desc("all_gather", [t]), sig, [t], outs,
-                         lambda vals: [[v[0] for v in vals]] * n, _async(opts), nbytes=nbytes)
+        if len({tuple(x.shape) for x in outs}) > 1 or not isinstance(t, SimTensor):  # (gloo: its own path)
+            _stage_noncontiguous(outs, "all_gather", "outputs", _async(opts))
+            return self._run("all_gather", _desc("all_gather", [t]), sig, [t], outs,
+                             lambda vals: [[v[0] for v in vals]] * n, _async(opts), nbytes=nbytes)
+        return _flat_allgather(self, t, outs, n, sig, nbytes, _async(opts))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self._coalesce([self.allgather([outs], [inp], opts) for outs, inp in zip(output_lists, input_list)])
@@ -949,6 +943,31 @@ class SimProcessGroup(dist.ProcessGroup):
         return w
 
 
+def _flat_allgather(pg, t, outs, n, sig, nbytes, async_op):
+    """ProcessGroupNCCL::allgather with outputs of one size: ncclAllGather into outputFlattened = newLikeFlat(outputs)
+    ([n, *shape], allocated before the collective on the caller's current stream), then, on the collective's
+    stream (under a CUDAStreamGuard of it, before the work's end event), `outputTensors_[j].copy_(
+    outputFlattened[j], true)`, which takes outputs of any layout. The Work's outputs, so result() and its
+    future's value, are [outputFlattened] (measured on an H200: one [world, *shape] tensor; torch's DDP
+    quantization hooks index fut.wait()[0][rank]). Its lifetime is the Work's: freed into the current stream's
+    pool when the Work goes (a synchronous all_gather: at its return). Per profile, as the collective's own
+    tensors: 2.7 record_streams the outputs on the NCCL stream in the copies' loop; 2.8+ async stashes them
+    (`stash(outputTensors_)` when asyncOp), a synchronous call runs it all on the current stream. The closures
+    hold shapes, never the input tensor: holding it would delay its free past the gather (472f442 did, and so
+    hid the TP=2 refit's reuse-after-free; notes L13)."""
+    flat = torch.empty((n, *outs[0].shape), dtype=t.dtype, device=t.device)
+    shape = tuple(outs[0].shape)
+
+    def copies(stream):
+        with stream, torch.no_grad():  # (C++ copies below autograd: an output that requires grad is no leaf error)
+            for j, x in enumerate(outs):
+                x.copy_(flat[j], non_blocking=True)
+        return list(outs)
+    return pg._run("all_gather", _desc("all_gather", [t]), sig, [t], [flat],
+                   lambda vals: [[torch.stack([v[0].reshape(shape) for v in vals])]] * n, async_op, nbytes=nbytes,
+                   post=copies)
+
+
 def _stage_noncontiguous(ts, what, role, async_op):
     """The list forms of all_gather (outputs) and reduce_scatter (inputs) take tensors of any layout when they all
     have one size: ProcessGroupNCCL moves them through a flat buffer (newLikeFlat) with copy_ (allgather's
@@ -956,7 +975,9 @@ def _stage_noncontiguous(ts, what, role, async_op):
     into `inputFlattened[j]`), checking only the single tensor with check_gpu_single_tensor. A synchronous call is
     modelled with contiguous stand-ins and copy_ on the current stream (the stream the collective is ordered on
     for the caller); with async_op=True the copies would run on the NCCL stream: refused by name. Returns the
-    stand-ins (the contiguous tensors themselves where they are), or None when every tensor is contiguous."""
+    stand-ins (the contiguous tensors themselves where they are), or None when every tensor is contiguous.
+    (all_gather's outputs of one size go through _flat_allgather, its real buffer and copies; here only
+    reduce_scatter's inputs, and the refusal of non-contiguous all_gather outputs of several sizes.)"""
     if all(t.is_contiguous() or _dense_format(t) for t in ts):
         return None
     if len({tuple(t.shape) for t in ts}) != 1:
