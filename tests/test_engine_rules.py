@@ -968,3 +968,108 @@ def test_memory_stats_has_every_key_of_the_native_allocator_with_an_h200s_figure
             got.pop("inactive_split_bytes.all.peak")
             want = {k: v for k, v in want.items() if k != "inactive_split_bytes.all.peak"}
         assert got == want, (name, {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v})
+
+
+def test_like_factories_of_a_host_tensor_onto_the_device_are_factories():
+    """Rule: torch.zeros_like(host, device="cuda") and host.new_zeros(n, device="cuda") read only the host tensor's
+    metadata: ATen's zeros_like is empty_like(self, options).zero_() and new_zeros is zeros(size,
+    self.options().merge_in(options)) (aten/src/ATen/native/TensorFactories.cpp), so they make a device tensor as
+    any factory does, with empty_like's strides (preserve_format keeps a dense input's), and rand_like draws from
+    the device generator as it does for a device input. vLLM's CpuGpuBuffer makes its device half so; simdist
+    raised NotImplementedError from the CPU build's CUDA backend (notes x22; H200: ci/gpu_x_facts3.py)."""
+    def fn():
+        c = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+        p = torch.zeros(2, 3, pin_memory=True)
+        got = {}
+        for name, t in (("zeros_like", torch.zeros_like(c, device="cuda")),
+                        ("zeros_like_pinned", torch.zeros_like(p, device="cuda")),
+                        ("full_like", torch.full_like(c, 7.0, device="cuda")),
+                        ("ones_like_t", torch.ones_like(c.t(), device="cuda")),
+                        ("new_ones", c.new_ones((4,), device="cuda")),
+                        ("new_full", c.new_full((4,), 3.0, device="cuda"))):
+            got[name] = (t.device.type, tuple(t.stride()), t.cpu().tolist())
+        torch.manual_seed(5)
+        a = torch.rand_like(c, device="cuda")
+        torch.manual_seed(5)
+        b = torch.rand_like(torch.empty_like(c, device="cuda"))
+        got["rand_like_same_draw"] = torch.equal(a.cpu(), b.cpu())
+        return got
+    res = simdist.run(fn)
+    assert not res.hazards
+    got = res.returns[0]
+    assert got["zeros_like"] == ("cuda", (3, 1), [[0.0] * 3] * 2)
+    assert got["zeros_like_pinned"] == ("cuda", (3, 1), [[0.0] * 3] * 2)
+    assert got["full_like"] == ("cuda", (3, 1), [[7.0] * 3] * 2)
+    assert got["ones_like_t"] == ("cuda", (1, 3), [[1.0] * 2] * 3)
+    assert got["new_ones"] == ("cuda", (1,), [1.0] * 4) and got["new_full"] == ("cuda", (1,), [3.0] * 4)
+    assert got["rand_like_same_draw"]
+
+
+@pytest.mark.parametrize("how", ["none", "write", "write_after_event", "write_other_half", "copyto", "ufunc_out",
+                                 "fill", "read", "read_after_sync"])
+def test_numpy_array_of_a_pinned_buffer_is_watched_whenever_it_was_made(how):
+    """Rule: a numpy array of a pinned tensor shares its page-locked bytes (Tensor.numpy docs), and a non_blocking
+    H2D copy from pinned memory reads them when it runs, a D2H copy writes them when it runs
+    (https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html), whenever the array was made. So a host
+    write through an array made before the copy (vLLM's CpuGpuBuffer.np, made once) while an H2D copy from the
+    same bytes is pending is write-after-read, unless the host waited for an event recorded after the copy or
+    writes bytes the copy does not read; a read through it while a D2H copy into it is pending is a host read.
+    simdist watched only arrays made while a D2H copy was pending, and never their writes (notes x23, corpus x26)."""
+    def fn(how):
+        pinned = torch.zeros(1024, dtype=torch.int64, pin_memory=True)
+        arr = pinned.numpy()
+        gpu = torch.zeros(1024, dtype=torch.int64, device="cuda")
+        if how.startswith("read"):
+            pinned.copy_(torch.arange(1024, device="cuda"), non_blocking=True)
+            if how == "read_after_sync":
+                torch.cuda.synchronize()
+            return int(arr[:8].sum())
+        ev = torch.cuda.Event()
+        gpu[:512].copy_(pinned[:512], non_blocking=True)
+        ev.record()
+        if how == "write":
+            arr[:4] = 7
+        elif how == "write_after_event":
+            ev.synchronize()
+            arr[:4] = 7
+        elif how == "write_other_half":
+            arr[512:] = 7
+        elif how == "copyto":
+            np = __import__("numpy")
+            np.copyto(arr[:4], 7)
+        elif how == "ufunc_out":
+            arr[:4] += 7
+        elif how == "fill":
+            arr[:4].fill(7)
+        torch.cuda.synchronize()
+        return int(gpu[:4].sum())
+    res = simdist.run(fn, args=(how,))
+    want = {"write": ["write-after-read"], "copyto": ["write-after-read"], "ufunc_out": ["write-after-read"],
+            "fill": ["write-after-read"], "read": ["host-read"]}.get(how, [])
+    assert kinds(res) == want, res.report()
+    if not want:
+        assert res.returns[0] == (28 if how == "read_after_sync" else 0)
+
+
+@pytest.mark.xfail(strict=True, reason="notes x24 (open): the detector drops a freed block's own-stream accesses")
+def test_block_taken_again_on_its_stream_and_first_written_by_another_stream_races_the_old_reads():
+    """Rule: the caching allocator hands a block freed on stream S to S's next allocation at once; only S's work is
+    ordered after the old owner's queued use (https://pytorch.org/docs/stable/notes/cuda.html#cuda-memory-management:
+    "it's safe to use it on the stream it was allocated on"). When the new tensor is first written by a copy on
+    another stream that did not wait for S (apex's data_prefetcher alternative with its wait_stream line left
+    commented out: tests/corpus_open/x29), the write races S's queued reads of the old tensor (the H200:
+    ci/gpu_x_facts3.py x24 fact). simdist drops S's records of the block at the free (Detector.on_free keeps
+    other streams' only) and reports nothing, though the values are damaged."""
+    def fn():
+        side = torch.cuda.Stream()
+        a = torch.full((1 << 16,), 1.0, device="cuda")
+        s = a.sum()
+        del a
+        b = torch.empty(1 << 16, device="cuda")
+        host = torch.full((1 << 16,), 2.0).pin_memory()
+        with torch.cuda.stream(side):
+            b.copy_(host, non_blocking=True)
+        torch.cuda.synchronize()
+        return s.item()
+    for seed in range(3):
+        assert "write-after-read" in kinds(simdist.run(fn, seed=seed))

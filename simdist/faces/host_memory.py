@@ -67,6 +67,19 @@ class HostMemory:
                 continue
             self._report_write(me, op, a, func)
 
+    def check_array_write(self, me, lo, hi, what):
+        """A host write through numpy into bytes [lo, hi) (HostWatchedArray: item assignment, a ufunc's out=,
+        np.copyto, fill): an async H2D copy from pinned bytes it overlaps that the host has not waited for reads
+        them later, so it may see the new bytes (write-after-read, as check_writes for a torch op)."""
+        for key, (op, t) in list(self.sources.items()):
+            tlo, thi = _extent(t)
+            if not (lo < thi and tlo < hi):
+                continue
+            if me.host.vc.get(op.stream.id, 0) >= op.seq:
+                del self.sources[key]  # the host waited for the copy
+                continue
+            self._report_write(me, op, t, what)
+
     def _report_write(self, me, op, t, func):
         # the copy has not read the pinned buffer yet when not done: it will see the host's new bytes
         self._report(me, op, t, func, "write-after-read", host_writes=True)
@@ -204,18 +217,23 @@ def location_tag_checked(orig):
 def numpy_checked(orig):
     """Tensor.numpy: the array shares the tensor's bytes and reads none of them (torch/csrc/utils/tensor_numpy.cpp
     tensor_to_numpy wraps the storage). When an asynchronous device-to-host copy into those bytes is still
-    unordered before the host, the array is a HostWatchedArray: its reads through numpy (element access,
-    iteration, ufuncs and reductions, array functions, conversions, printing) are checked as host reads then, so
-    a program that waits for the copy before it reads the array (Megatron's alltoall token dispatcher:
-    `.to("cpu", non_blocking=True).numpy()` on a side stream, `d2h_event.synchronize()` before the splits are
-    used) is not reported, and one that reads first is. numpy code that reads the buffer in C without those hooks
-    (ndarray.argmax / sort, the buffer protocol) is not seen."""
+    unordered before the host, or the tensor is pinned (page-locked: the only host memory a non_blocking copy
+    reads or writes after the host went on), the array is a HostWatchedArray: its reads through numpy (element
+    access, iteration, ufuncs and reductions, array functions, conversions, printing) are checked as host reads,
+    and its writes (item assignment, a ufunc's out=, np.copyto, fill, put) against pending host-to-device copies
+    from its bytes, whenever they happen. So a program that waits for the copy before it reads the array
+    (Megatron's alltoall token dispatcher: `.to("cpu", non_blocking=True).numpy()` on a side stream,
+    `d2h_event.synchronize()` before the splits are used) is not reported, one that reads first is, and so is one
+    that rewrites a persistent pinned staging buffer through the numpy view it made once (vLLM's CpuGpuBuffer.np)
+    before the previous H2D copy from it ran (notes x23). numpy code that reads the buffer in C without those
+    hooks (ndarray.argmax / sort, the buffer protocol) is not seen."""
     from ..engine.context import current_rank
 
     def numpy(self, *args, **kwargs):
         arr = orig(self, *args, **kwargs)
         me = current_rank()
-        if me is not None and self.device.type == "cpu" and me.host_memory.unwaited(me, self):
+        if me is not None and self.device.type == "cpu" and (me.host_memory.unwaited(me, self)
+                                                             or me.host_memory.is_pinned(self)):
             arr = arr.view(HostWatchedArray)
             arr._sim_tensor = self
         return arr
@@ -238,6 +256,28 @@ def _sim_read(arrays, what):
         t = getattr(a, "_sim_tensor", None) if isinstance(a, HostWatchedArray) else None
         if t is not None and me.host_memory.tensors:
             me.host_memory.check(me, what, (t,), {})
+
+
+def _sim_write(arrays, what):
+    from ..engine.context import current_rank
+    me = current_rank()
+    if me is None or not me.host_memory.sources:
+        return
+    for a in arrays:
+        if isinstance(a, HostWatchedArray) and a.size:
+            me.host_memory.check_array_write(me, *_array_extent(a), what)
+
+
+def _array_extent(a):
+    """[first byte, past the last byte) that numpy array `a` can touch (numpy strides may be negative)."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, st in zip(a.shape, a.strides):
+        if n > 1:
+            if st < 0:
+                lo += (n - 1) * st
+            else:
+                hi += (n - 1) * st
+    return lo, hi + a.itemsize
 
 
 def _plain(x):
@@ -268,6 +308,7 @@ if _np is not None:
 
         def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
             _sim_read(list(_flat_arrays(inputs)) + list(_flat_arrays(kwargs.get("out", ()))), f"numpy.{ufunc.__name__}")
+            _sim_write(list(_flat_arrays(kwargs.get("out", ()))), f"numpy.{ufunc.__name__}(out=)")
             if "out" in kwargs:
                 kwargs["out"] = _plain(kwargs["out"])
             return getattr(ufunc, method)(*_plain(inputs), **kwargs)
@@ -275,6 +316,8 @@ if _np is not None:
         def __array_function__(self, func, types, args, kwargs):
             _sim_read(list(_flat_arrays(args)) + list(_flat_arrays(tuple(kwargs.values()))),
                       f"numpy.{func.__name__}")
+            if func is _np.copyto and args:
+                _sim_write((args[0],), "numpy.copyto")
             return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
 
         def __getitem__(self, key):
@@ -287,7 +330,24 @@ if _np is not None:
             return res
 
         def __setitem__(self, key, value):
-            _np.ndarray.__setitem__(self.view(_np.ndarray), key, _plain(value))
+            plain = self.view(_np.ndarray)
+            target = self
+            try:
+                region = _np.ndarray.__getitem__(plain, key)
+                if isinstance(region, _np.ndarray) and _np.may_share_memory(region, plain):
+                    target = region.view(HostWatchedArray)  # basic indexing: only the bytes it names are written
+            except Exception:  # noqa: BLE001 - the assignment below raises numpy's own error
+                pass
+            _sim_write((target,), "numpy item assignment")
+            _np.ndarray.__setitem__(plain, key, _plain(value))
+
+        def fill(self, value):
+            _sim_write((self,), "numpy fill")
+            _np.ndarray.fill(self.view(_np.ndarray), value)
+
+        def put(self, *args, **kwargs):
+            _sim_write((self,), "numpy put")
+            _np.ndarray.put(self.view(_np.ndarray), *args, **kwargs)
 
         def _reading(name):
             base = getattr(_np.ndarray, name)

@@ -50,6 +50,14 @@ _LIKE = [aten.zeros_like.default, aten.ones_like.default, aten.full_like.default
 def _like_on_host(me, func, args, kwargs):
     tdev = kwargs.get("device")
     if tdev is None or torch.device(tdev).type == "cuda":
+        if tdev is not None and type(args[0]) is torch.Tensor:
+            # torch.zeros_like(host_tensor, device="cuda"), host.new_ones(n, device="cuda") (vLLM's CpuGpuBuffer
+            # makes its device half so): only the host tensor's metadata is read, as by any factory (ATen's
+            # zeros_like is empty_like(self, options).zero_(), TensorFactories.cpp), so it is one; the rule's
+            # _functional, which places outputs by the simulated arguments, found none and ran the CPU build's
+            # op with device="cuda": a raw NotImplementedError (notes x22)
+            from ..dispatch import factory
+            return factory(me, func, args, kwargs, torch.device(tdev))
         from ..dispatch import _functional
         from ..op_info import op_info
         return _functional(me, func, op_info(func), args, kwargs)
