@@ -118,7 +118,7 @@ PROGS = {
     "x26": "tests/corpus/host_copies/x26_vllm_async_scheduling_pinned_inputs_rewritten_bug.py",
     "x27": "tests/corpus/host_copies/x27_vllm_synchronize_input_prep_pinned_buffers.py",
     "x28": "tests/corpus/allocator/x28_apex_data_prefetcher_record_stream.py",
-    "x29": "tests/corpus_open/x29_apex_prefetcher_main_stream_buffers_no_wait_bug.py",
+    "x29": "tests/corpus/allocator/x29_apex_prefetcher_main_stream_buffers_no_wait_bug.py",
 }
 
 

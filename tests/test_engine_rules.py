@@ -1051,15 +1051,14 @@ def test_numpy_array_of_a_pinned_buffer_is_watched_whenever_it_was_made(how):
         assert res.returns[0] == (28 if how == "read_after_sync" else 0)
 
 
-@pytest.mark.xfail(strict=True, reason="notes x24 (open): the detector drops a freed block's own-stream accesses")
 def test_block_taken_again_on_its_stream_and_first_written_by_another_stream_races_the_old_reads():
     """Rule: the caching allocator hands a block freed on stream S to S's next allocation at once; only S's work is
     ordered after the old owner's queued use (https://pytorch.org/docs/stable/notes/cuda.html#cuda-memory-management:
     "it's safe to use it on the stream it was allocated on"). When the new tensor is first written by a copy on
     another stream that did not wait for S (apex's data_prefetcher alternative with its wait_stream line left
-    commented out: tests/corpus_open/x29), the write races S's queued reads of the old tensor (the H200:
-    ci/gpu_x_facts3.py x24 fact). simdist drops S's records of the block at the free (Detector.on_free keeps
-    other streams' only) and reports nothing, though the values are damaged."""
+    commented out: corpus x29), the write races S's queued reads of the old tensor (the H200: ci/gpu_x_facts3.py
+    x24 fact). simdist dropped S's records of the block at the free (Detector.on_free kept other streams' only)
+    and reported nothing, though the values were damaged; the block now keeps S's last accesses (engine/prior.py)."""
     def fn():
         side = torch.cuda.Stream()
         a = torch.full((1 << 16,), 1.0, device="cuda")
@@ -1072,4 +1071,4 @@ def test_block_taken_again_on_its_stream_and_first_written_by_another_stream_rac
         torch.cuda.synchronize()
         return s.item()
     for seed in range(3):
-        assert "write-after-read" in kinds(simdist.run(fn, seed=seed))
+        assert "reuse-after-free" in kinds(simdist.run(fn, seed=seed))

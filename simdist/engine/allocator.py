@@ -26,6 +26,7 @@ import torch
 
 from .allocator_stats import FOLD_AT, STAT_FAMILIES, STAT_POOLS, AllocatorStats  # noqa: F401 (re-exported)
 from .errors import UnsupportedOperation
+from .prior import merge_priors, prior_of
 
 MIN_BLOCK = 512
 SMALL_SIZE = 1 << 20
@@ -126,7 +127,7 @@ class Block:
     """A span of a segment. Its segment and offset never change (a split makes a new block for the rest, a merge
     grows the block in front), so a view of its bytes stays valid for as long as the block lives."""
 
-    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key", "view_key", "view")
+    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key", "view_key", "view", "prior")
 
     def __init__(self, segment, offset, size):
         self.segment = segment
@@ -136,6 +137,9 @@ class Block:
         self.prev = None
         self.next = None
         self.pool_key = None
+        # the last accesses to these bytes on the segment's stream by earlier owners (engine/detector.py
+        # prior_of): None, or (the latest access record, the latest write record or None)
+        self.prior = None
         # the face's last view of these bytes and the layout object it was made for (simdist/faces/dispatch.py
         # _allocate_layout): a block reused for the same layout gets the same view object back
         self.view_key = None
@@ -261,6 +265,7 @@ class DeviceMemory:
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
             rest = Block(block.segment, block.offset + size, remaining)
+            rest.prior = block.prior
             rest.prev, rest.next = block, block.next
             if block.next is not None:
                 block.next.prev = rest
@@ -386,7 +391,10 @@ class DeviceMemory:
         block = alloc.block
         alloc.block = None
         recs = alloc.records
-        if recs:  # (Detector.on_free has nothing to keep from bytes never accessed, nor from the block's own stream)
+        if recs:
+            # the block's own stream's last accesses stay with the block (its next owner's accesses from other
+            # streams must be ordered after them: prior_of); other streams' go to the segment's graveyard
+            block.prior = prior_of(recs, alloc.stream, block.prior)
             own = alloc.stream
             for r in recs:
                 if r.op.stream is not own:
@@ -403,6 +411,9 @@ class DeviceMemory:
                 split_blocks -= 1  # a free neighbour, an inactive split block, is subsumed
                 split_bytes -= nb.size
                 self._remove(nb)
+                if nb.prior is not None:
+                    block.prior = merge_priors(block.prior, nb.prior)
+                    nb.prior = block.prior
                 if nb is block.prev:
                     nb.size += block.size
                     nb.next = block.next

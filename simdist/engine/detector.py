@@ -15,6 +15,7 @@ import torch
 from .errors import SimulationError
 from .frames import format_frames
 from .hazards import Access, Hazard
+from .prior import covers
 
 GRAVEYARD_LIMIT = 64
 WATCH_LIMIT = 64
@@ -97,6 +98,23 @@ class Watch:
         self.other_write = other_write
 
 
+def take_prior(op, alloc, block, write, lo, hi, dense):
+    """An access by `op` to an allocation whose block has a prior (engine/prior.py): the block stream's own
+    covering write drops it; another stream's access turns it into records of the old owner (the whole block)
+    before it is checked."""
+    if op.stream is alloc.stream:
+        if write and covers(block, alloc, lo, hi, dense):
+            block.prior = None
+        return
+    acc, wr = block.prior
+    block.prior = None
+    lo_b, hi_b = block.offset, block.offset + block.size
+    hull = [AccessRecord(acc.op, lo_b, hi_b, acc.write, acc.gen, True, acc.view)]
+    if wr is not None and wr is not acc:
+        hull.append(AccessRecord(wr.op, lo_b, hi_b, True, wr.gen, True, wr.view))
+    alloc.records = hull + alloc.records
+
+
 class Detector:
     """One rank's detector: its devices' access records, and the hazards found among them."""
 
@@ -168,6 +186,9 @@ class Detector:
                 hi = lo + ext * isz
         else:
             lo, hi, contig = span
+        block = alloc.block
+        if block is not None and block.prior is not None:  # an earlier owner's accesses on the block's stream
+            take_prior(op, alloc, block, write, lo, hi, contig)
         rec = AccessRecord(op, lo, hi, write, alloc.id, contig, view, rmw)
         records = alloc.records
         if records:

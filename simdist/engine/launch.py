@@ -17,6 +17,7 @@ from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
 from .detector import AccessRecord
 from .frames import capture_frames
 from .ops import LAUNCH_NS, Op
+from .prior import covers
 
 DRAIN_EVERY = 512  # launches between two applications of everything no future launch can precede
 
@@ -70,7 +71,8 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     for t in writes:
         alloc, span = t._alloc, t._span
         rmw = _among(t, reads)  # read-modify-write: an in-place op or in-place collective
-        if span is not None and not alloc.records:  # Detector.access on untouched bytes (a fresh output)
+        if span is not None and not alloc.records and _fresh(alloc, stream, span):
+            # Detector.access on untouched bytes (a fresh output)
             alloc.records = [AccessRecord(op, span[0], span[1], True, alloc.id, span[2], t._inner, rmw)]
         else:
             detector.access(op, t._inner, alloc, True, span, rmw)
@@ -81,6 +83,18 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     if launches % DRAIN_EVERY == 0:
         rank.drain_safe()
     return op
+
+
+def _fresh(alloc, stream, span):
+    """Whether a write of `span` to an allocation without records needs no check: its block has no prior
+    (engine/prior.py), or this is the new owner's covering write on the block's stream, which drops it."""
+    block = alloc.block
+    if block.prior is None:
+        return True
+    if stream is alloc.stream and covers(block, alloc, *span):
+        block.prior = None
+        return True
+    return False
 
 
 def _among(t, seq):
@@ -167,7 +181,8 @@ def launch_kernel(rank, stream, name, fn, reads, out, nbytes, flops=0, skip=2):
     host.clock += LAUNCH_NS
     detector = rank.detector
     alloc, span = out._alloc, out._span
-    if span is not None and not alloc.records:  # Detector.access on untouched bytes (a fresh output)
+    if span is not None and not alloc.records and (alloc.block.prior is None or _fresh(alloc, stream, span)):
+        # Detector.access on untouched bytes (a fresh output)
         # AccessRecord(op, span[0], span[1], True, alloc.id, span[2], out._inner, False), every slot set
         rec = _new(AccessRecord)
         rec.op = op

@@ -528,9 +528,10 @@ class SimProcessGroup(dist.ProcessGroup):
 
     # --- the one path of every collective -------------------------------------------------------
     def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
-             stream_key=None, meta=None, host_blocking=False, group=None, post=None):
-        """post(stream): ProcessGroupNCCL's post-processing, launched on the collective's stream before its end
-        event; returns more tensors the work uses (record_stream-ed or stashed with its own)."""
+             stream_key=None, meta=None, host_blocking=False, group=None, result=None, post=None):
+        """result: the Work's outputs when they are not `outputs` (a list all_gather's: its flat buffer).
+        post(stream): post-processing launched on the collective's stream before its end event; returns more
+        tensors the work uses (record_stream-ed or stashed with its own)."""
         me = _rank()
         g = group if group is not None else self._engine_group()
         tensors = list(inputs) + list(outputs)
@@ -593,7 +594,7 @@ class SimProcessGroup(dist.ProcessGroup):
         if world.nccl_profile == "2.7" and not async_op:
             cur.wait_marker(host, marker)  # ProcessGroupNCCL <= 2.7: a synchronous op's current stream waits
             marker = None
-        work = SimWork(me, marker, stash, outputs, host_blocking, desc)
+        work = SimWork(me, marker, stash, outputs if result is None else result, host_blocking, desc)
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
@@ -947,25 +948,36 @@ def _flat_allgather(pg, t, outs, n, sig, nbytes, async_op):
     """ProcessGroupNCCL::allgather with outputs of one size: ncclAllGather into outputFlattened = newLikeFlat(outputs)
     ([n, *shape], allocated before the collective on the caller's current stream), then, on the collective's
     stream (under a CUDAStreamGuard of it, before the work's end event), `outputTensors_[j].copy_(
-    outputFlattened[j], true)`, which takes outputs of any layout. The Work's outputs, so result() and its
-    future's value, are [outputFlattened] (measured on an H200: one [world, *shape] tensor; torch's DDP
+    outputFlattened[j], true)`, which takes outputs of any layout. Those copies are the C++ backend's own kernels,
+    launched inside the collective's call: here they are part of the collective's op (the buffer and every output
+    written at its end, on its stream, before its end event), so that the op log numbers what a GPU job's hook
+    of the Python calls numbers (ci/gpu_witness.py: one op per collective). The Work's outputs, so result() and
+    its future's value, are [outputFlattened] (measured on an H200: one [world, *shape] tensor; torch's DDP
     quantization hooks index fut.wait()[0][rank]). Its lifetime is the Work's: freed into the current stream's
     pool when the Work goes (a synchronous all_gather: at its return). Per profile, as the collective's own
-    tensors: 2.7 record_streams the outputs on the NCCL stream in the copies' loop; 2.8+ async stashes them
-    (`stash(outputTensors_)` when asyncOp), a synchronous call runs it all on the current stream. The closures
-    hold shapes, never the input tensor: holding it would delay its free past the gather (472f442 did, and so
-    hid the TP=2 refit's reuse-after-free; notes L13)."""
+    tensors: 2.7 record_streams the outputs on the NCCL stream; 2.8+ async stashes them, a synchronous call runs
+    it all on the current stream. The closure holds shapes, never the input tensor: holding it would delay its
+    free past the gather (472f442 did, and so hid the TP=2 refit's reuse-after-free; notes L13)."""
     flat = torch.empty((n, *outs[0].shape), dtype=t.dtype, device=t.device)
     shape = tuple(outs[0].shape)
+    # the collective writes dense bytes: a strided output gets a dense stand-in, copied into it by a copy_
+    # kernel on the collective's stream before its end (these few copies are ops of their own)
+    dense = [o if (o.is_contiguous() or _dense_format(o)) else torch.empty(o.shape, dtype=o.dtype, device=o.device)
+             for o in outs]
+    post = None
+    if any(d is not o for d, o in zip(dense, outs)):
+        def post(stream):
+            with stream, torch.no_grad():  # (C++ copies below autograd: an output that requires grad is no leaf)
+                for d, o in zip(dense, outs):
+                    if d is not o:
+                        o.copy_(d, non_blocking=True)
+            return list(outs)
 
-    def copies(stream):
-        with stream, torch.no_grad():  # (C++ copies below autograd: an output that requires grad is no leaf error)
-            for j, x in enumerate(outs):
-                x.copy_(flat[j], non_blocking=True)
-        return list(outs)
-    return pg._run("all_gather", _desc("all_gather", [t]), sig, [t], [flat],
-                   lambda vals: [[torch.stack([v[0].reshape(shape) for v in vals])]] * n, async_op, nbytes=nbytes,
-                   post=copies)
+    def compute(vals):
+        rows = torch.stack([v[0].reshape(shape) for v in vals])
+        return [[rows, *rows.unbind(0)]] * n
+    return pg._run("all_gather", _desc("all_gather", [t]), sig, [t], [flat, *dense], compute, async_op,
+                   nbytes=nbytes, result=[flat], post=post)
 
 
 def _stage_noncontiguous(ts, what, role, async_op):

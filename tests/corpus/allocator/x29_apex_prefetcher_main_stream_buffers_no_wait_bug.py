@@ -7,8 +7,7 @@ buffer the training loop has dropped goes back to the main stream's pool at once
 queued kernels of the earlier step may still read it.
 
 EXPECTED: hazard
-KINDS: write-after-read
-KINDS_ALSO: reuse-after-free
+KINDS: reuse-after-free
 WORLD_SIZE: 1
 MODELLED ON: NVIDIA/apex examples/imagenet/main_amp.py `data_prefetcher.preload`, its commented-out alternative
 (`# self.next_input_gpu = torch.empty_like(self.next_input, device='cuda')`, `# self.stream.wait_stream(
@@ -17,14 +16,14 @@ torch.cuda.current_stream())`, `# self.next_input_gpu.copy_(self.next_input, non
 alternative replaces; the rest as x28. Images are float here (the DataLoader returns them float), so the
 normalization allocates nothing on the side stream; the targets are float (MSE), so that damaged bytes
 cannot make an out-of-range class index (a device-side assert).
-OPEN: simdist misses this race (notes x24): its detector drops the block's own-stream accesses at the free, on
-the premise that the next owner's first access is on that stream; here it is the side stream's copy. Kept out
-of tests/corpus until the engine change lands; test_engine_rules has it as xfail(strict).
+FIXED (notes x24): simdist missed this race; its detector dropped the block's own-stream accesses at the free,
+on the premise that the next owner's first access is on that stream; here it is the side stream's copy. The
+block now keeps its stream's last accesses (simdist/engine/prior.py).
 RULE: a block freed by the caching allocator is reused at once by the next allocation on its stream; a kernel on
 another stream writing the new tensor is unordered with the old tensor's queued readers unless that stream
 waits for them (https://pytorch.org/docs/stable/notes/cuda.html#cuda-memory-management).
-WHAT SIMDIST SHOULD SAY: write-after-read: the side stream's copy_h2d_async into a new batch buffer is unordered with
-the main stream's reads (mm, the loss) of the earlier batch that held the same block.
+WHAT SIMDIST SHOULD SAY: reuse-after-free: the side stream's copy_h2d_async into a new batch buffer is unordered with
+the main stream's last accesses (mm, the loss) of the earlier batch that held the same block.
 """
 import os
 
