@@ -137,7 +137,7 @@ class Block:
         self.prev = None
         self.next = None
         self.pool_key = None
-        # the last accesses to these bytes on the segment's stream by earlier owners (engine/detector.py
+        # the last accesses to these bytes on the segment's stream by earlier owners (engine/prior.py
         # prior_of): None, or (the latest access record, the latest write record or None)
         self.prior = None
         # the face's last view of these bytes and the layout object it was made for (simdist/faces/dispatch.py

@@ -15,7 +15,7 @@ import torch
 from .errors import SimulationError
 from .frames import format_frames
 from .hazards import Access, Hazard
-from .prior import covers
+from .prior import drop_if_owner_covers
 
 GRAVEYARD_LIMIT = 64
 WATCH_LIMIT = 64
@@ -103,8 +103,8 @@ def take_prior(op, alloc, block, write, lo, hi, dense):
     covering write drops it; another stream's access turns it into records of the old owner (the whole block)
     before it is checked."""
     if op.stream is alloc.stream:
-        if write and covers(block, alloc, lo, hi, dense):
-            block.prior = None
+        if write:
+            drop_if_owner_covers(block, alloc, op.stream, lo, hi, dense)
         return
     acc, wr = block.prior
     block.prior = None

@@ -17,7 +17,7 @@ from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
 from .detector import AccessRecord
 from .frames import capture_frames
 from .ops import LAUNCH_NS, Op
-from .prior import covers
+from .prior import drop_if_owner_covers
 
 DRAIN_EVERY = 512  # launches between two applications of everything no future launch can precede
 
@@ -89,12 +89,7 @@ def _fresh(alloc, stream, span):
     """Whether a write of `span` to an allocation without records needs no check: its block has no prior
     (engine/prior.py), or this is the new owner's covering write on the block's stream, which drops it."""
     block = alloc.block
-    if block.prior is None:
-        return True
-    if stream is alloc.stream and covers(block, alloc, *span):
-        block.prior = None
-        return True
-    return False
+    return block.prior is None or drop_if_owner_covers(block, alloc, stream, *span)
 
 
 def _among(t, seq):

@@ -39,6 +39,10 @@ def merge_priors(a, b):
     return acc, wr
 
 
-def covers(block, alloc, lo, hi, dense):
-    """Whether a write of bytes [lo, hi) (dense) covers every byte the allocation can use."""
-    return dense and lo <= block.offset and block.offset + alloc.nbytes <= hi
+def drop_if_owner_covers(block, alloc, stream, lo, hi, dense):
+    """A write on `stream` of bytes [lo, hi) (dense): if it is the block stream's and covers every byte the
+    allocation can use, the prior is dropped (ordered after it, and overwriting it). Returns whether it was."""
+    if stream is alloc.stream and dense and lo <= block.offset and block.offset + alloc.nbytes <= hi:
+        block.prior = None
+        return True
+    return False
