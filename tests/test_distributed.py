@@ -669,6 +669,43 @@ def test_work_wait_with_a_timeout_blocks_the_host():
     assert simdist.run(prog, world_size=2).returns == [(True, 2.0), (True, 2.0)]
 
 
+def test_torch_nccl_blocking_wait_makes_every_wait_block_the_host(monkeypatch):
+    """TORCH_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT), read when the NCCL group is made: every Work.wait()
+    blocks the host until the collective completes, and a synchronous collective's Python call waits its Work, so
+    a side stream's kernel launched after it is ordered after it (https://pytorch.org/docs/stable/distributed.html,
+    TORCH_NCCL_BLOCKING_WAIT; ProcessGroupNCCL.cpp: `blockingWait_ = getCvarBool(TORCH_NCCL_BLOCKING_WAIT, false)`
+    in the constructor, WorkNCCL::wait `if (blockingWait_ || timeout != kNoTimeout)` polls isCompleted();
+    distributed_c10d.py all_reduce: `work.wait()` when not async_op). simdist ignored the variable: a false race,
+    and is_completed() False right after wait(). Another value than getCvarBool's is torch's error."""
+
+    def prog():
+        side = torch.cuda.Stream()
+        x = torch.ones(1 << 16, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        dist.all_reduce(x)
+        with torch.cuda.stream(side):
+            y = x * 2
+        torch.cuda.current_stream().wait_stream(side)
+        w = dist.all_reduce(torch.ones(4, device="cuda"), async_op=True)
+        w.wait()
+        return w.is_completed(), y[0].item()
+
+    without = simdist.run(prog, world_size=2)
+    assert {h.kind for h in without.hazards} == {"read-after-write"}
+    for name, value in (("TORCH_NCCL_BLOCKING_WAIT", "1"), ("NCCL_BLOCKING_WAIT", "true")):
+        monkeypatch.delenv("TORCH_NCCL_BLOCKING_WAIT", raising=False)
+        monkeypatch.setenv(name, value)
+        for seed in range(3):
+            res = simdist.run(prog, world_size=2, seed=seed)
+            assert not res.hazards, res.report()
+            assert res.returns == [(True, 4.0), (True, 4.0)]
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "0")
+    assert not simdist.run(prog, world_size=2).returns[0][0]  # "0": the default, an ordinary wait
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "maybe")
+    with pytest.raises(RuntimeError, match="Invalid value maybe for environment variable TORCH_NCCL_BLOCKING_WAIT"):
+        simdist.run(prog, world_size=2)
+
+
 def test_a_timed_wait_on_a_collective_a_peer_never_joins_raises_after_the_timeout():
     """Work.wait(timeout) gives up once the work has run for `timeout` and raises DistBackendError
     (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp WorkNCCL::synchronize: with a timeout given it polls

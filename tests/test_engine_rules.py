@@ -1072,3 +1072,32 @@ def test_block_taken_again_on_its_stream_and_first_written_by_another_stream_rac
         return s.item()
     for seed in range(3):
         assert "reuse-after-free" in kinds(simdist.run(fn, seed=seed))
+
+
+def test_cufft_plan_cache_max_size_is_a_per_device_setting_and_size_a_named_refusal():
+    """Rule (https://pytorch.org/docs/stable/notes/cuda.html#cufft-plan-cache): each device has a cuFFT plan cache;
+    `torch.backends.cuda.cufft_plan_cache[i].max_size` is its capacity (4096 with CUDA >= 10:
+    aten/src/ATen/native/cuda/CuFFTPlanCache.h CUFFT_DEFAULT_CACHE_SIZE), settable (negative: "cuFFT plan cache
+    size must be non-negative"), the bare manager meaning the current device's; `.size` is read-only and
+    `.clear()` empties it. On the CPU build every access raised torch's "Cannot access cuFFT plan cache without
+    ATen_cuda library" RuntimeError, which names no reason. simdist keeps max_size per rank and device and refuses
+    `.size` (which plans a transform makes is not modelled) by name."""
+    def fn():
+        c = torch.backends.cuda.cufft_plan_cache
+        x = torch.randn(64, device="cuda")
+        back = torch.fft.irfft(torch.fft.rfft(x), n=64)
+        out = [bool(torch.allclose(back, x, atol=1e-5)), c.max_size]
+        c.max_size = 10
+        out += [c[0].max_size, c[1].max_size]
+        c.clear()
+        with pytest.raises(RuntimeError, match="must be non-negative, but got -1"):
+            c.max_size = -1
+        with pytest.raises(RuntimeError, match="read-only"):
+            c.size = 3
+        with pytest.raises(RuntimeError, match="expected 0 <= device index < 2, but got device with index 2"):
+            c[2]
+        with pytest.raises(simdist.UnsupportedOperation, match="cufft_plan_cache.size"):
+            c.size
+        return out
+    assert simdist.run(fn, device_count=2).returns == [[True, 4096, 10, 4096]]
+    assert simdist.run(fn, device_count=2).returns == [[True, 4096, 10, 4096]]  # a setting of the run only

@@ -22,7 +22,9 @@ Semantics (simdist/engine/collectives.py; FACTS.md; torch/csrc/distributed/c10d/
 from __future__ import annotations
 
 import copy
+import datetime
 import operator
+import os
 import types
 
 import torch
@@ -244,6 +246,7 @@ class SimWork(dist.Work):
         self._what = what
         self._parts = list(parts)  # the works of a coalesced group
         self._started = me.host.clock  # WorkNCCL's workStartTime_: a timed wait's timeout counts from here
+        self._blocking = None  # (end marker, group timeout) under TORCH_NCCL_BLOCKING_WAIT (SimProcessGroup._run)
 
     def wait(self, timeout=None):
         """The current stream waits for the work; the host too for a barrier, or when a timeout is given
@@ -259,6 +262,11 @@ class SimWork(dist.Work):
                 self._wait_until(me, m, timeout)
             elif self._host_blocking:
                 me.wait_op(m, self._what)
+        b = self._blocking
+        if b is not None and not _gives_timeout(timeout):
+            # TORCH_NCCL_BLOCKING_WAIT: the host waits too, up to the group's timeout (WorkNCCL::wait
+            # `if (blockingWait_ || timeout != kNoTimeout)`, checkTimeout with the work's opTimeout_)
+            self._wait_until(me, b[0], b[1])
         if self._stash is not None:
             _in_flight(me).release(self._stash)
             self._stash = None
@@ -330,6 +338,24 @@ class SimWork(dist.Work):
         with guard_events.completing(dev, m):
             fut.set_result(self.result())
         return fut
+
+
+def _blocking_wait_env():
+    """TORCH_NCCL_BLOCKING_WAIT (or the deprecated NCCL_BLOCKING_WAIT), read as ProcessGroupNCCL's constructor
+    reads it (`blockingWait_ = getCvarBool(TORCH_NCCL_BLOCKING_WAIT, false)`; c10d/Utils.hpp getCvarBool: y, yes,
+    1, t, true / n, no, 0, f, false, any case; another value is an error). Documented at
+    https://pytorch.org/docs/stable/distributed.html (environment variables): with it, wait() blocks the host."""
+    for name in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"):
+        val = os.environ.get(name)
+        if val is None:
+            continue
+        v = val.strip().lower()
+        if v in ("y", "yes", "1", "t", "true"):
+            return True
+        if v in ("n", "no", "0", "f", "false"):
+            return False
+        raise RuntimeError(f"Invalid value {val} for environment variable {name}")
+    return False
 
 
 def _gives_timeout(timeout):
@@ -424,6 +450,7 @@ class SimProcessGroup(dist.ProcessGroup):
         self._coalesced = None  # works of the open _start_coalescing block
         self._backends = None
         self._used_devices = set()  # ProcessGroupNCCL's usedDeviceIdxs_: devices its communicators were made on
+        self._blocking_wait = _blocking_wait_env()  # ProcessGroupNCCL's blockingWait_, read at its construction
 
     # --- what c10d asks of a backend -------------------------------------------------------------
     def _set_sequence_number_for_group(self):
@@ -588,13 +615,18 @@ class SimProcessGroup(dist.ProcessGroup):
                     t._alloc.record_stream(stream)
             else:
                 stash = tensors
-        marker = stream.record_marker(host) if (on_side or async_op) else None
+        blocking = self._blocking_wait
+        marker = stream.record_marker(host) if (on_side or async_op or blocking) else None
         if stash is not None:
             stash = in_flight.add(marker, stash)
+        end = marker
         if world.nccl_profile == "2.7" and not async_op:
             cur.wait_marker(host, marker)  # ProcessGroupNCCL <= 2.7: a synchronous op's current stream waits
             marker = None
         work = SimWork(me, marker, stash, outputs if result is None else result, host_blocking, desc)
+        if blocking:
+            # the work's opTimeout_: the group's timeout (c10d sets the options' _timeout), else NCCL's 10 minutes
+            work._blocking = (end, self.options._timeout or datetime.timedelta(minutes=10))
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work

@@ -782,6 +782,63 @@ _MEMORY_REFUSED = {
 }
 
 
+class _CufftPlanCacheProp:
+    """torch.backends.cuda.cufft_plan_cache[i].size / .max_size on a simulated device (cuda.rst "cuFFT plan
+    cache"; aten/src/ATen/native/cuda/CuFFTPlanCache.h CuFFTParamsLRUCache). max_size is a per-rank, per-device
+    setting, CUFFT_DEFAULT_CACHE_SIZE (4096) until set, checked as _set_max_size does (the CPU build raised its
+    "Cannot access cuFFT plan cache without ATen_cuda library" RuntimeError, which names no reason); size, the
+    number of cuFFT plans cached (one per distinct CuFFTParams of the transforms run), is not modelled."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        me = _rank()
+        if self.name == "size":
+            raise UnsupportedOperation("torch.backends.cuda.cufft_plan_cache.size (the number of cuFFT plans cached) "
+                                       "is not modelled by simdist")
+        return getattr(me, "cufft_max_size", {}).get(obj.device_index, CUFFT_DEFAULT_CACHE_SIZE)
+
+    def __set__(self, obj, value):
+        me = _rank()
+        if self.name == "size":
+            raise RuntimeError(".size is a read-only property showing the number of plans currently in the cache. "
+                               "To change the cache capacity, set cufft_plan_cache.max_size.")
+        value = int(value)
+        if value < 0:
+            raise RuntimeError(f"cuFFT plan cache size must be non-negative, but got {value}")
+        if not hasattr(me, "cufft_max_size"):
+            me.cufft_max_size = {}
+        me.cufft_max_size[obj.device_index] = value
+
+
+CUFFT_DEFAULT_CACHE_SIZE = 4096  # CuFFTPlanCache.h, CUDA >= 10 (CUFFT_MAX_PLAN_NUM is then SIZE_MAX)
+
+
+def _cufft_clear(self):
+    _rank()  # the plans are freed; nothing simdist keeps
+
+
+def _cufft_cache_of(self, device):
+    """cuFFTPlanCacheManager.__getitem__ against the simulated device count (torch's keeps a list made at its first
+    use, with that run's count)."""
+    index = torch.cuda._utils._get_device_index(device)
+    if index < 0 or index >= device_count():
+        raise RuntimeError(f"cufft_plan_cache: expected 0 <= device index < {device_count()}, but got device with "
+                           f"index {index}")
+    return torch.backends.cuda.cuFFTPlanCache(index)
+
+
+def _cufft_patches():
+    b = torch.backends.cuda
+    return [(b.cuFFTPlanCache, "size", _CufftPlanCacheProp("size")),
+            (b.cuFFTPlanCache, "max_size", _CufftPlanCacheProp("max_size")),
+            (b.cuFFTPlanCache, "clear", _cufft_clear),
+            (b.cuFFTPlanCacheManager, "__getitem__", _cufft_cache_of)]
+
+
 _orig_cudnn_is_acceptable = torch.backends.cudnn.is_acceptable
 
 
@@ -823,6 +880,7 @@ def cuda_patches():
     out = [(c, k, v) for k, v in items.items()]
     out += _submodule_aliases(items)
     out.append((torch.backends.cudnn, "is_acceptable", _cudnn_is_acceptable))
+    out += _cufft_patches()
     # a CUDA build has cuDNN: is_available() True and version() its number (None on the CPU build broke code
     # that compares it: `cudnn.version() >= 8000` is a TypeError); the kernels simdist runs stay its own
     out += [(torch.backends.cudnn, "is_available", _true), (torch.backends.cudnn, "version", _cudnn_version),
