@@ -1101,3 +1101,54 @@ def test_cufft_plan_cache_max_size_is_a_per_device_setting_and_size_a_named_refu
         return out
     assert simdist.run(fn, device_count=2).returns == [[True, 4096, 10, 4096]]
     assert simdist.run(fn, device_count=2).returns == [[True, 4096, 10, 4096]]  # a setting of the run only
+
+
+def test_cuda_launch_blocking_makes_kernel_launches_wait_but_not_async_copies(monkeypatch):
+    """Rule (https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution): "you can force synchronous
+    computation by setting environment variable CUDA_LAUNCH_BLOCKING=1"; the CUDA runtime reads it when CUDA is
+    initialized (an H200, torch 2.11: set after `import torch`, before the first CUDA call, it takes effect). Each
+    kernel launch then returns when the kernel has run, so a side stream's kernel that reads a tensor the default
+    stream's kernel wrote before it, without a wait, is ordered through the host (measured there: query() True
+    right after a launched _sleep). A cudaMemcpyAsync is not made synchronous (measured: a pinned device-to-host
+    copy_(non_blocking=True) returned at once, its stream busy), nor a same-device copy_ that ATen does with
+    cudaMemcpyAsync (Copy.cu copy_device_to_device: same dtype, contiguous). NCCL kernels under it are refused by
+    name. simdist ignored the variable (a false read-after-write)."""
+    def kernels():
+        side = torch.cuda.Stream()
+        x = torch.ones(1 << 16, device="cuda")
+        with torch.cuda.stream(side):
+            y = x * 2                       # no wait_stream: x's fill ran before the launch returned
+        return (y + 1).sum().item()         # no wait on side: y's kernel has run
+
+    def pinned_d2h():
+        x = torch.full((1 << 16,), 3.0, device="cuda")
+        h = torch.empty(1 << 16).pin_memory()
+        h.copy_(x, non_blocking=True)
+        return h.sum().item()               # no synchronize: the copy may still run
+
+    def memcpy_d2d():
+        side = torch.cuda.Stream()
+        a = torch.ones(1 << 16, device="cuda")
+        b = torch.empty(1 << 16, device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            b.copy_(a)                       # cudaMemcpyAsync on side
+        c = b + 1                            # races it
+        torch.cuda.synchronize()
+        return c[0].item()
+
+    def collective():
+        t = torch.ones(4, device="cuda")
+        dist.all_reduce(t)
+
+    assert kinds(simdist.run(kernels)) == ["read-after-write"]
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    for seed in range(3):
+        res = simdist.run(kernels, seed=seed)
+        assert kinds(res) == [] and res.returns == [3.0 * (1 << 16)], res.report()
+        assert kinds(simdist.run(pinned_d2h, seed=seed)) == ["host-read"]
+        assert kinds(simdist.run(memcpy_d2d, seed=seed)) == ["read-after-write"]
+    with pytest.raises(simdist.UnsupportedOperation, match="CUDA_LAUNCH_BLOCKING=1"):
+        simdist.run(collective, world_size=2)
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    assert kinds(simdist.run(kernels)) == ["read-after-write"]

@@ -15,6 +15,7 @@ from heapq import heappush
 
 from .cost import FLOPS_PER_NS, HBM_BYTES_PER_NS, KERNEL_FIXED_NS
 from .detector import AccessRecord
+from .errors import UnsupportedOperation
 from .frames import capture_frames
 from .ops import LAUNCH_NS, Op
 from .prior import drop_if_owner_covers
@@ -35,6 +36,9 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     op.vc = stream.vc
     op.frames = capture_frames(20, skip)  # deep enough to reach the program through a library and nn.Module
     if coll is not None:
+        if rank.launch_blocking:
+            raise UnsupportedOperation(f"{name} under CUDA_LAUNCH_BLOCKING=1 (an NCCL kernel launch that blocks the "
+                                       "host until its peers have joined) is not modelled by simdist")
         op.coll = coll
         coll.arrive(rank, op)
         dur = 0
@@ -82,6 +86,10 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     launches = rank.launches = rank.launches + 1
     if launches % DRAIN_EVERY == 0:
         rank.drain_safe()
+    if rank.launch_blocking and kind in ("kernel", "sleep"):
+        # CUDA_LAUNCH_BLOCKING=1: a kernel launch returns when the kernel has run; a cudaMemcpyAsync does not
+        # (an H200: a pinned device-to-host copy_(non_blocking=True) left its stream busy, query() False)
+        rank.wait_op(op, "CUDA_LAUNCH_BLOCKING=1")
     return op
 
 
@@ -213,4 +221,6 @@ def launch_kernel(rank, stream, name, fn, reads, out, nbytes, flops=0, skip=2):
     launches = rank.launches = rank.launches + 1
     if launches % DRAIN_EVERY == 0:
         rank.drain_safe()
+    if rank.launch_blocking:
+        rank.wait_op(op, "CUDA_LAUNCH_BLOCKING=1")  # a kernel launch returns when the kernel has run
     return op

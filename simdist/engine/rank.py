@@ -64,6 +64,9 @@ class Rank:
         self.ops_log = []  # executed ops, in execution (virtual time) order
         self.schedule_log = {}  # op key -> duration: the schedule a Replay policy plays back
         self.launches = 0
+        # CUDA_LAUNCH_BLOCKING=1 when CUDA was initialized (the torch face sets it at the rank's first device):
+        # every kernel and copy launch returns when the work has completed (engine/launch.py)
+        self.launch_blocking = False
         self.floor = 0  # every event this rank does not know of yet happens at or after this time (turns.py)
         self.world_launches = 0  # launches of every rank, as of the last turn
         # [frame, its f_lasti, its captured frames] of the call that runs the program (simdist/session.py

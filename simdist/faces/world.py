@@ -33,6 +33,13 @@ def process_seed(rank):
 
 def _name_device(device):
     device.torch_device = torch.device("cuda", device.index)
+    owner = device.owner
+    if len(owner.devices) == 1:
+        # CUDA is being initialized in this rank: the CUDA runtime reads CUDA_LAUNCH_BLOCKING then (cuda.rst
+        # "Asynchronous execution": "you can force synchronous computation by setting environment variable
+        # CUDA_LAUNCH_BLOCKING=1"); os.environ is the rank's (faces/patches.py RankEnviron)
+        import os
+        owner.launch_blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "0").strip() == "1"
     # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank, unless a
     # seeding call made before CUDA was initialized is pending (simdist/faces/cuda.py manual_seed)
     seed = DEFAULT_RNG_SEED
