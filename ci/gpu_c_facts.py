@@ -1,6 +1,7 @@
 """c-series facts (documented CUDA semantics simdist models), measured on an H200 with `python ci/gpu_c_facts.py`:
 CUDA_LAUNCH_BLOCKING (set before `import torch` or after it, before CUDA init) and which launches it blocks (a
-_sleep kernel, a pinned device-to-host copy_(non_blocking=True), an event record), and the default stream's ids.
+_sleep kernel, a pinned device-to-host copy_(non_blocking=True), an event record), the default stream's ids, and
+memory_allocated of a large block with a 0.3 MiB rest with and without expandable segments, cufft_plan_cache defaults.
 Output of 2026-12-02 (torch 2.11.0+cu130): docs/gpu/c-series-facts-2026-12-02.json."""
 import os, sys, json, time, subprocess
 mode = sys.argv[1] if len(sys.argv) > 1 else "main"
@@ -14,7 +15,22 @@ if mode == "main":
                 e["CUDA_LAUNCH_BLOCKING"] = env
             r = subprocess.run([sys.executable, __file__, "child", env, when], env=e, capture_output=True, text=True)
             out[f"{env}:{when}"] = r.stdout.strip() or r.stderr[-500:]
+    for conf in ("", "expandable_segments:True"):
+        e = dict(os.environ)
+        e.pop("CUDA_LAUNCH_BLOCKING", None)
+        e["PYTORCH_CUDA_ALLOC_CONF"] = conf
+        r = subprocess.run([sys.executable, __file__, "alloc"], env=e, capture_output=True, text=True)
+        out[f"alloc:{conf or 'default'}"] = r.stdout.strip() or r.stderr[-500:]
     print(json.dumps(out, indent=1))
+elif mode == "alloc":
+    # a large block's rest of 0.3 MiB: split only with expandable segments (CUDACachingAllocator.cpp should_split)
+    import torch
+    MiB = 1 << 20
+    a = torch.empty(int(4.5 * MiB), dtype=torch.uint8, device="cuda")
+    b = torch.empty(int(15.2 * MiB) // 512 * 512, dtype=torch.uint8, device="cuda")
+    c = torch.backends.cuda.cufft_plan_cache
+    print(json.dumps({"memory_allocated": torch.cuda.memory_allocated(), "requested": a.numel() + b.numel(),
+                      "cufft_max_size": c.max_size, "cufft_size_before": c.size}))
 else:
     env, when = sys.argv[2], sys.argv[3]
     if when == "after_import":

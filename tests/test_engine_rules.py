@@ -1152,3 +1152,34 @@ def test_cuda_launch_blocking_makes_kernel_launches_wait_but_not_async_copies(mo
         simdist.run(collective, world_size=2)
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
     assert kinds(simdist.run(kernels)) == ["read-after-write"]
+
+
+def test_expandable_segments_split_a_large_block_whose_rest_is_at_least_512_bytes(monkeypatch):
+    """Rule: the caching allocator splits a large-pool block only when the rest exceeds 1 MiB, but with
+    expandable_segments:True (PYTORCH_CUDA_ALLOC_CONF, https://pytorch.org/docs/stable/notes/cuda.html#optimizing-
+    memory-usage-with-pytorch-cuda-alloc-conf, or torch.cuda.memory._set_allocator_settings) a large block splits
+    like a small one, when the rest is at least 512 bytes (c10/cuda/CUDACachingAllocator.cpp should_split:
+    `if (block->pool->is_small || CUDAAllocatorConfig::expandable_segments()) return remaining >= kMinBlockSize`).
+    So a 4.5 MiB and then a 15.2 MiB tensor (the second taking the first's 20 MiB segment's rest, 0.3 MiB over)
+    give memory_allocated 20 MiB by default and exactly their sizes with expandable segments: the H200's figures
+    (ci/gpu_c_facts.py, docs/gpu/c-series-facts-2026-12-02.json). simdist gave 20 MiB in both."""
+    MiB = 1 << 20
+
+    def fn(at_run_time):
+        if at_run_time:
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        try:
+            a = torch.empty(int(4.5 * MiB), dtype=torch.uint8, device="cuda")
+            b = torch.empty(int(15.2 * MiB) // 512 * 512, dtype=torch.uint8, device="cuda")
+            return torch.cuda.memory_allocated(), a.numel() + b.numel()
+        finally:
+            if at_run_time:
+                torch.cuda.memory._set_allocator_settings("expandable_segments:False")
+
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.cuda._set_allocator_settings is deprecated
+        assert simdist.run(fn, args=(False,)).returns == [(20971520, 20656640)]
+        assert simdist.run(fn, args=(True,)).returns == [(20656640, 20656640)]
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        assert simdist.run(fn, args=(False,)).returns == [(20656640, 20656640)]

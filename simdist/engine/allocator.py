@@ -211,6 +211,9 @@ class DeviceMemory:
         self.stats = AllocatorStats()
         self.stat_log = self.stats.log  # (the events malloc / free append: engine/allocator_stats.py)
         self._null = None  # the zero-byte segment that size-0 allocations view (no device memory)
+        # expandable_segments:True (set by the torch face from the allocator settings): a large block is split
+        # like a small one, when the rest is at least MIN_BLOCK (CUDACachingAllocator.cpp should_split)
+        self.expandable = False
 
     # --- pools -----------------------------------------------------------
     def _insert(self, block):
@@ -263,7 +266,7 @@ class DeviceMemory:
         st = self.stats
         already_split = block.prev is not None or block.next is not None
         remaining = block.size - size
-        if remaining >= MIN_BLOCK if small else remaining > SMALL_SIZE:
+        if remaining >= MIN_BLOCK if (small or self.expandable) else remaining > SMALL_SIZE:
             rest = Block(block.segment, block.offset + size, remaining)
             rest.prior = block.prior
             rest.prev, rest.next = block, block.next

@@ -487,6 +487,15 @@ def _set_allocator_settings(me, text):
     if not hasattr(me, "alloc_settings"):
         me.alloc_settings = []
     me.alloc_settings.append(str(text))
+    for d in me.devices.values():
+        d.memory.expandable = expandable_segments(me)
+
+
+def expandable_segments(me):
+    """Whether the caching allocator of rank `me` uses expandable segments (expandable_segments:True in
+    PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF, or set at run time): its large blocks then split as small ones
+    (the engine allocator's `expandable`)."""
+    return _alloc_conf(me).get("expandable_segments") == "True"
 
 
 def memory_allocated(device=None):

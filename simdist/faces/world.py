@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..engine.world import World
-from .cuda import Stream
+from .cuda import Stream, expandable_segments
 from .host_memory import HostMemory
 from . import guard
 from .rng import SimGenerator
@@ -40,6 +40,7 @@ def _name_device(device):
         # CUDA_LAUNCH_BLOCKING=1"); os.environ is the rank's (faces/patches.py RankEnviron)
         import os
         owner.launch_blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "0").strip() == "1"
+    device.memory.expandable = expandable_segments(owner)  # the allocator settings as the device's allocator starts
     # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank, unless a
     # seeding call made before CUDA was initialized is pending (simdist/faces/cuda.py manual_seed)
     seed = DEFAULT_RNG_SEED
