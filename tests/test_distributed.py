@@ -412,6 +412,39 @@ def test_gloo_collectives_on_cpu_tensors():
             simdist.run(prog, world_size=2, args=(backend,))
 
 
+def test_gloo_has_no_avg_or_premul_sum_and_no_bitwise_reductions_of_floats():
+    """ProcessGroupGloo.cpp toFunction, called when a gloo allreduce / reduce is made: `case ReduceOp::AVG:
+    TORCH_CHECK(false, "Cannot use ReduceOp.AVG with Gloo")`, the same for PREMUL_SUM, and BAND / BOR / BXOR of a
+    non-integral dtype "Cannot use ReduceOp.BAND with non-integral dtype" (RuntimeError; the documented ReduceOp
+    table, https://pytorch.org/docs/stable/distributed.html, lists AVG for NCCL only). simdist averaged CPU tensors
+    on gloo as NCCL does (a value where torch raises) and refused a float BAND with the CPU kernel's
+    NotImplementedError. Integer bitwise reductions and NCCL's AVG are unchanged."""
+    def E(f):
+        try:
+            f()
+            return "ok"
+        except RuntimeError as e:
+            return f"{type(e).__name__}: {e}"
+
+    def prog():
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        t = torch.ones(4)
+        out = [E(lambda: dist.all_reduce(t, op=dist.ReduceOp.AVG)), E(lambda: dist.reduce(t, 0, op=dist.ReduceOp.AVG)),
+               E(lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))),
+               E(lambda: dist.all_reduce(t, op=dist.ReduceOp.BOR))]
+        i = torch.full((4,), 1 + dist.get_rank(), dtype=torch.int32)
+        dist.all_reduce(i, op=dist.ReduceOp.BOR)
+        c = torch.full((4,), float(1 + dist.get_rank()), device="cuda")
+        dist.all_reduce(c, op=dist.ReduceOp.AVG)
+        return out + [i.tolist(), c.tolist()]
+
+    res = simdist.run(prog, world_size=2)
+    want = ["RuntimeError: Cannot use ReduceOp.AVG with Gloo"] * 2 + [
+        "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+        "RuntimeError: Cannot use ReduceOp.BOR with non-integral dtype", [3] * 4, [1.5] * 4]
+    assert res.returns == [want, want]
+
+
 def test_lazy_communicator_setup_orders_first_use_of_groups():
     # ProcessGroupNCCL creates a group's communicator at its first collective (a blocking ncclCommInitRank after
     # a store exchange) unless init_process_group got device_id (eager). Ranks that first use two groups in

@@ -64,6 +64,11 @@ def _redop_name(op, tensor=None):
     n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
     n = n.split(".")[-1].upper()
     cuda = tensor is not None and tensor.device.type == "cuda"
+    if tensor is not None and not cuda and n in ("AVG", "PREMUL_SUM"):
+        # a CPU tensor's collective runs on gloo, which has neither (ProcessGroupGloo.cpp toFunction)
+        raise RuntimeError(f"Cannot use ReduceOp.{n} with Gloo")
+    if tensor is not None and not cuda and n in ("BAND", "BOR", "BXOR") and tensor.is_floating_point():
+        raise RuntimeError(f"Cannot use ReduceOp.{n} with non-integral dtype")  # gloo's band / bor / bxor
     if cuda and tensor.dtype in _FP8_UNREDUCIBLE:  # ProcessGroupNCCL: fnuz and e8m0 have no NCCL reduction
         raise RuntimeError("Unsupported Float8 type for NCCL reduction")
     if n == "PREMUL_SUM":
