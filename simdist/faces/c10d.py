@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import importlib
 import operator
 import os
 import types
@@ -1189,6 +1190,14 @@ def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
     yield (_C.HashStore(), me.rank, n)
 
 
+def _rendezvous_helper(url, rank, world_size_opt, **kwargs):
+    """torch.distributed.rendezvous's own helper, which every spelling reaches (`from torch.distributed import
+    rendezvous` bound before the run, `torch.distributed.rendezvous.rendezvous`, c10d's, store-from-options):
+    Megatron-Core's unit tests call `rendezvous("tcp://localhost:6000", rank, world_size)` and hand the store to
+    init_process_group. A real TCPStore there would wait for peers while this rank holds the turn."""
+    return _rendezvous(url, rank, -1 if world_size_opt is None else world_size_opt, **kwargs)
+
+
 _orig_new_process_group_helper = c10d._new_process_group_helper
 
 
@@ -1222,8 +1231,10 @@ def _get_accelerator():
 
 def c10d_patches():
     """(owner, attribute, replacement) for the c10d objects simdist swaps during a run."""
-    import torch.distributed.rendezvous as rdzv
+    # (`import torch.distributed.rendezvous as rdzv` gives the function of that name: torch.distributed re-exports it)
+    rdzv = importlib.import_module("torch.distributed.rendezvous")
     out = [
+        (rdzv, "_rendezvous_helper", _rendezvous_helper),
         (c10d, "ProcessGroupNCCL", SimNCCL),
         (c10d, "ProcessGroupGloo", SimGloo),
         (c10d, "is_nccl_available", _is_nccl_available),
