@@ -500,3 +500,27 @@ def test_backward_hooks_run_on_their_nodes_device():
     res = simdist.run(fn, device_count=2)
     assert not res.hazards, res.report()
     assert res.returns[0] == ({"device": 1, "stream_device": 1, "new": "cuda:1"}, 0, 16.0)
+
+
+@needs_guard
+def test_cuda_futures_freed_by_the_collector_after_a_run_do_not_abort():
+    """Rule: destroying a CUDA ivalue::Future destroys its events under `c10::OptionalDeviceGuard(event.device())`
+    (ATen/core/ivalue_inl.h ~Future), which asks torch's registry for the CUDA guard. torch DDP's Reducer keeps one
+    Future per bucket, so a DDP model in a reference cycle (any transformers model) is destroyed whenever the
+    collector runs; simdist pauses the collector for a run and its fake guard leaves the registry at the end, so
+    the collector's next pass after the run aborted the process (notes b2). The run's cyclic garbage is now collected
+    while the guard is still in (simdist/faces/patches.py _collect_run_garbage): the process lives on."""
+    code = textwrap.dedent("""
+        import gc, torch, torch.distributed as dist, simdist
+        def prog():
+            dist.init_process_group("nccl")
+            w = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda())
+            w.myself = [w]
+            w(torch.randn(2, 4, device="cuda")).sum().backward()
+        res = simdist.run(prog, world_size=2)
+        gc.collect()
+        print("alive", len(res.hazards))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip().endswith("alive 0"), (r.returncode, r.stdout, r.stderr[-2000:])

@@ -1248,3 +1248,74 @@ def test_printing_a_cuda_tensor_writes_what_torch_writes():
     cpu = [t.replace("device='cuda:0', ", "").replace(", device='cuda:0'", "") for t in got]
     a = torch.ones(3, requires_grad=True)
     assert cpu[0] == repr((a * 2).sum() / 3) and cpu[1] == repr(a) and cpu[7] == repr(a[:2])
+
+
+def _kernel_names(res):
+    return [e["name"] for e in res.trace["traceEvents"] if e.get("ph") == "X"]
+
+
+def test_ops_with_a_cuda_kernel_run_whole_not_as_the_cpu_builds_decomposition():
+    # Rule: an op with backend kernels and a CompositeImplicitAutograd kernel takes the backend kernel where the
+    # backend has one; for an autograd key the decomposition is used "only when there's no direct registration to
+    # its corresponding backend key" (aten/src/ATen/core/dispatch/OperatorEntry.cpp computeDispatchTableEntry-
+    # WithDebug). On a GPU, SiLU's and Mish's backward are one kernel each (silu_backward_out in
+    # ActivationSiluKernel.cu, float opmath, rounded once); a CPU build has no CUDA kernel, so they decomposed
+    # into math_silu_backward's ops rounded to the dtype (notes b1: bf16 0.03 off the H200 in 2044 of 4096
+    # elements). Measured on an H200 (ci/gpu_b_facts.py, docs/gpu/b-series-facts-2026-12-02.json): the GPU's
+    # bf16 / fp16 silu_backward and mish_backward equal the CPU kernel's in every element, and autograd issues
+    # aten.silu_backward. simdist now runs the op whole: the CPU kernel's values, bit for bit, and one kernel.
+    import json
+    import os
+    import torch.nn.functional as F
+    facts = json.load(open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpu",
+                                        "b-series-facts-2026-12-02.json")))
+    for k in ("silu_backward_torch.bfloat16", "mish_backward_torch.bfloat16", "silu_backward_torch.float16"):
+        assert facts[k]["cpu_kernel"]["n_differ"] == 0 and facts[k]["decomposition"]["n_differ"] > 2000
+    assert "aten.silu_backward.default" in facts["silu_autograd_ops_torch.bfloat16"]
+
+    def grads(dev, dtype, act):
+        g = torch.Generator().manual_seed(0)
+        x = (torch.randn(4096, generator=g) * 3).to(dtype).to(dev).requires_grad_()
+        gy = torch.randn(4096, generator=g).to(dtype).to(dev)
+        act(x).backward(gy)
+        return x.grad.cpu()
+
+    cases = [(dt, act) for dt in (torch.float32, torch.bfloat16, torch.float16) for act in (F.silu, F.mish)]
+
+    def prog():
+        return [grads("cuda", dt, act) for dt, act in cases]
+
+    res = simdist.run(prog, policy="none")
+    for (dt, act), got in zip(cases, res.returns[0]):
+        want = grads("cpu", dt, act)
+        assert torch.equal(got, want), (dt, act.__name__, (got != want).sum().item())
+    names = _kernel_names(res)
+    assert names.count("silu_backward") == 3 and names.count("mish_backward") == 3
+    assert "sigmoid" not in names and "tanh" not in names and "softplus" not in names
+    # and the registration is the run's only: outside a run the CPU build has no CUDA kernel again
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::silu_backward", "CUDA")
+
+
+def test_the_ops_given_cuda_kernels_are_native_functions_with_a_cuda_kernel_and_a_decomposition():
+    # The list in simdist/faces/cuda_keys.py is every op of native_functions.yaml (torchgen's packaged copy, the
+    # file this torch was generated from) with a CUDA dispatch entry, its own or its structured_delegate's, and a
+    # CompositeImplicitAutograd entry: the ops a CPU build decomposes where a GPU runs one kernel.
+    yaml = pytest.importorskip("yaml")
+    import os
+    import torchgen
+    from simdist.faces.cuda_keys import CUDA_KERNEL_OPS, NOT_MODELLED
+    path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
+    fns = yaml.safe_load(open(path))
+
+    def keys(f):
+        return {k.strip() for key in (f.get("dispatch") or {}) for k in key.split(",")}
+
+    by_name = {f["func"].split("(")[0]: f for f in fns}
+    found = set()
+    for name, f in by_name.items():
+        ks = keys(f)
+        delegate = f.get("structured_delegate")
+        cuda = "CUDA" in ks or (delegate is not None and "CUDA" in keys(by_name[delegate]))
+        if cuda and "CompositeImplicitAutograd" in ks:
+            found.add(name)
+    assert found == set(CUDA_KERNEL_OPS) | set(NOT_MODELLED), found

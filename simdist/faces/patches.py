@@ -17,7 +17,7 @@ import torch
 
 from ..engine.context import current_rank
 from ..engine.errors import SimulationError, UnsupportedOperation
-from . import guard, guard_events
+from . import cuda_keys, guard, guard_events
 from . import rules  # noqa: F401  (registers the op rules)
 from .accelerator import accelerator_patches
 from .comm import comm_patches, parallel_apply_patches
@@ -690,9 +690,11 @@ class Installed:
                     setattr(owner, name, new)
                     _as_jit_builtin(new, old)
                 self.guard = guard.set_enabled(True) if guard.available() else False
+                cuda_keys.install()  # ops a CPU build would decompose before the dispatch mode sees them
                 # c10d's registry of groups by name: one per rank thread (as torch's threaded test groups do)
                 self.isolation = _set_thread_isolation(True)
             except BaseException:
+                cuda_keys.uninstall()
                 _restore(saved)
                 raise
             _active = saved
@@ -701,6 +703,7 @@ class Installed:
         self.excepthook = sys.excepthook
         self.gc_was = gc.isenabled()
         gc.disable()
+        self.collections = _collections()
         # one intra-op thread: simulated ops are small and OpenMP's fork/join per op costs more than it
         # saves (and spins badly on a loaded machine); restored after the run
         self.threads = torch.get_num_threads()
@@ -709,9 +712,12 @@ class Installed:
 
     def __exit__(self, *exc):
         global _active
+        if self.guard:
+            _collect_run_garbage(self.collections)
         with _lock:
             _restore(_active or [])
             _active = None
+            cuda_keys.uninstall()
             if self.guard:
                 guard.set_enabled(False)
             if self.isolation:
@@ -724,6 +730,25 @@ class Installed:
 
 
 _MISSING = object()
+
+
+def _collections():
+    return [s["collections"] for s in gc.get_stats()]
+
+
+def _collect_run_garbage(before):
+    """Collect the run's cyclic garbage while the fake CUDA guard is still in (notes b2). C++ objects a run made
+    can hold simulated CUDA events: a CUDA ivalue::Future (torch DDP's Reducer keeps one per bucket) destroys its
+    events under `c10::OptionalDeviceGuard` (ATen/core/ivalue_inl.h ~Future), which asks the registry for the CUDA
+    guard; without it the destructor throws and the process aborts (SIGABRT). A model in a reference cycle
+    (transformers' modules are) is freed by the collector, which without this ran after the guard was out: a
+    torch DDP script on a transformers model killed its rank process, or the caller's, after a clean run. With the
+    collector paused for the run, what the run made is still in generation 0 unless the program collected
+    explicitly; then the generations that collection promoted to are collected too (a full collection of a
+    process with torch costs ~0.1 s, generation 0 after a run ~0.1 ms)."""
+    now = _collections()
+    gen = 2 if (now[1] != before[1] or now[2] != before[2]) else 1 if now[0] != before[0] else 0
+    gc.collect(gen)
 
 
 def _set_fake_tensor_cache(on):
