@@ -1109,10 +1109,10 @@ def test_cuda_launch_blocking_makes_kernel_launches_wait_but_not_async_copies(mo
     initialized (an H200, torch 2.11: set after `import torch`, before the first CUDA call, it takes effect). Each
     kernel launch then returns when the kernel has run, so a side stream's kernel that reads a tensor the default
     stream's kernel wrote before it, without a wait, is ordered through the host (measured there: query() True
-    right after a launched _sleep). A cudaMemcpyAsync is not made synchronous (measured: a pinned device-to-host
-    copy_(non_blocking=True) returned at once, its stream busy), nor a same-device copy_ that ATen does with
-    cudaMemcpyAsync (Copy.cu copy_device_to_device: same dtype, contiguous). NCCL kernels under it are refused by
-    name. simdist ignored the variable (a false read-after-write)."""
+    right after a launched _sleep, a same-device copy_, a clone, a cast, an add_). A device-to-host
+    cudaMemcpyAsync is not made synchronous (measured: a pinned copy_(non_blocking=True) returned at once, its
+    stream busy). NCCL kernels under it are refused by name. simdist ignored the variable (a false
+    read-after-write)."""
     def kernels():
         side = torch.cuda.Stream()
         x = torch.ones(1 << 16, device="cuda")
@@ -1126,14 +1126,14 @@ def test_cuda_launch_blocking_makes_kernel_launches_wait_but_not_async_copies(mo
         h.copy_(x, non_blocking=True)
         return h.sum().item()               # no synchronize: the copy may still run
 
-    def memcpy_d2d():
+    def copy_d2d():
         side = torch.cuda.Stream()
         a = torch.ones(1 << 16, device="cuda")
         b = torch.empty(1 << 16, device="cuda")
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            b.copy_(a)                       # cudaMemcpyAsync on side
-        c = b + 1                            # races it
+            b.copy_(a)                       # on side: it has run when copy_ returns
+        c = b + 1                            # no wait on side
         torch.cuda.synchronize()
         return c[0].item()
 
@@ -1147,7 +1147,8 @@ def test_cuda_launch_blocking_makes_kernel_launches_wait_but_not_async_copies(mo
         res = simdist.run(kernels, seed=seed)
         assert kinds(res) == [] and res.returns == [3.0 * (1 << 16)], res.report()
         assert kinds(simdist.run(pinned_d2h, seed=seed)) == ["host-read"]
-        assert kinds(simdist.run(memcpy_d2d, seed=seed)) == ["read-after-write"]
+        res = simdist.run(copy_d2d, seed=seed)
+        assert kinds(res) == [] and res.returns == [2.0], res.report()
     with pytest.raises(simdist.UnsupportedOperation, match="CUDA_LAUNCH_BLOCKING=1"):
         simdist.run(collective, world_size=2)
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
@@ -1183,3 +1184,26 @@ def test_expandable_segments_split_a_large_block_whose_rest_is_at_least_512_byte
         assert simdist.run(fn, args=(True,)).returns == [(20656640, 20656640)]
         monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         assert simdist.run(fn, args=(False,)).returns == [(20656640, 20656640)]
+
+
+def test_a_device_index_past_device_count_raises_what_torch_raises():
+    """A device index past torch.cuda.device_count(): torch raises torch.AcceleratorError "CUDA error: invalid device
+    ordinal" for a tensor there, a Stream(device=), set_device, torch.cuda.device, synchronize(i); a RuntimeError
+    for current_stream(i) / memory_allocated(i); get_device_properties(i) (and so get_device_name /
+    get_device_capability) AssertionError "Invalid device id" (an H200 with one GPU, torch 2.11:
+    ci/gpu_c_facts2.py, docs/gpu/c-series-facts-2026-12-02.json run3). simdist raised a plain SimulationError
+    (not an AcceleratorError), and get_device_properties(5) returned an H200's properties."""
+    def fn():
+        out = []
+        for f in (lambda: torch.ones(1, device="cuda:1"), lambda: torch.cuda.Stream(device=1),
+                  lambda: torch.cuda.set_device(1), lambda: torch.cuda.synchronize(1),
+                  lambda: torch.cuda.device(1).__enter__(), lambda: torch.cuda.current_stream(1),
+                  lambda: torch.cuda.memory_allocated(1)):
+            with pytest.raises(RuntimeError, match="invalid device ordinal") as e:
+                f()
+            out.append(isinstance(e.value, torch.AcceleratorError) and isinstance(e.value, simdist.SimulationError))
+        for f in (torch.cuda.get_device_properties, torch.cuda.get_device_name, torch.cuda.get_device_capability):
+            with pytest.raises(AssertionError, match="Invalid device id"):
+                f(1)
+        return out, torch.cuda.get_device_capability(0), torch.cuda.current_device()
+    assert simdist.run(fn, device_count=1).returns == [([True] * 7, (9, 0), 0)]

@@ -10,6 +10,11 @@ class SimulationError(RuntimeError):
     """
 
 
+class InvalidDevice(SimulationError):
+    """A device index past the world's device count (CUDA's "invalid device ordinal"; the torch face raises a
+    subclass that is also torch.AcceleratorError, what torch raises for it)."""
+
+
 class UnsupportedOperation(SimulationError):
     """The program used a torch feature simdist does not model (never silently wrong)."""
 

@@ -87,8 +87,9 @@ def launch(rank, stream, name, kind, fn, reads, writes, nbytes, flops=0, dur=Non
     if launches % DRAIN_EVERY == 0:
         rank.drain_safe()
     if rank.launch_blocking and kind in ("kernel", "sleep"):
-        # CUDA_LAUNCH_BLOCKING=1: a kernel launch returns when the kernel has run; a cudaMemcpyAsync does not
-        # (an H200: a pinned device-to-host copy_(non_blocking=True) left its stream busy, query() False)
+        # CUDA_LAUNCH_BLOCKING=1: a kernel launch returns when the kernel has run, a same-device copy too; a
+        # host-device cudaMemcpyAsync does not (an H200: a pinned device-to-host copy_(non_blocking=True) left
+        # its stream busy, query() False; b.copy_(a), clone, casts did not: ci/gpu_c_facts.py)
         rank.wait_op(op, "CUDA_LAUNCH_BLOCKING=1")
     return op
 

@@ -13,7 +13,7 @@ import heapq
 from . import clocks
 from .collectives import CollectiveTable
 from .detector import Detector, op_error
-from .errors import Deadlock, SimulationError
+from .errors import Deadlock, InvalidDevice, SimulationError
 from .frames import capture_frames, format_frames
 from .ops import Host, Op
 from .scheduler import INF, EventQueue
@@ -84,8 +84,9 @@ class Rank:
         d = self.devices.get(index)
         if d is None:
             if not 0 <= index < self.world.device_count:
-                raise SimulationError(
-                    f"rank {self.rank}: cuda:{index} does not exist (device_count() == {self.world.device_count})")
+                raise getattr(self.world, "invalid_device", InvalidDevice)(
+                    f"CUDA error: invalid device ordinal (rank {self.rank}: cuda:{index} does not exist, "
+                    f"device_count() == {self.world.device_count})")
             d = self.devices[index] = Device(self, index, self.world.stream_class)
             self.world.on_new_device(d)
         return d

@@ -575,7 +575,10 @@ def get_device_properties(device=None):
     # the fields of torch._C._CudaDeviceProperties (torch/csrc/cuda/Module.cpp registerCudaDeviceProperties), with
     # an H200 SXM's (sm_90: 132 SMs, 2048 threads and 64 Ki registers per SM, 227 KiB opt-in shared memory per
     # block, 50 MiB L2, a 6144-bit HBM3e bus); code sizes its grids and blocks from them
-    idx = device_index(device, _rank()) if device is not None else _rank().current_device
+    me = _rank()
+    idx = device_index(device, me) if device is not None else me.current_device
+    if not 0 <= idx < me.world.device_count:
+        raise AssertionError("Invalid device id")  # torch/cuda/__init__.py get_device_properties (an H200 too)
     return SimpleNamespace(name="NVIDIA H200 (simdist)", major=9, minor=0, total_memory=TOTAL_MEMORY,
                            multi_processor_count=132, is_integrated=False, is_multi_gpu_board=False,
                            max_threads_per_multi_processor=2048, max_threads_per_block=1024, warp_size=32,
@@ -591,6 +594,7 @@ def get_device_name(device=None):
 
 
 def get_device_capability(device=None):
+    get_device_properties(device)  # torch reads the properties: an index past device_count() is refused
     return (9, 0)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.errors import InvalidDevice
 from ..engine.world import World
 from .cuda import Stream, expandable_segments
 from .host_memory import HostMemory
@@ -58,4 +59,11 @@ def make_world(world_size, seed, policy, nccl_profile, poison, device_count=None
                   device_work=torch._C._DisableTorchDispatch, local_ranks=local_ranks)
     for rank in world.ranks.values():
         rank.host_memory = HostMemory(rank.detector)
+    world.invalid_device = InvalidDeviceOrdinal
     return world
+
+
+class InvalidDeviceOrdinal(InvalidDevice, getattr(torch, "AcceleratorError", RuntimeError)):
+    """A device index past device_count(): torch raises torch.AcceleratorError "CUDA error: invalid device
+    ordinal" for a tensor, a stream, set_device, torch.cuda.device, synchronize there (an H200 with one GPU, torch
+    2.11: ci/gpu_c_facts2.py), a RuntimeError for current_stream / memory_allocated of it; both catch this."""

@@ -137,22 +137,13 @@ def _d2h_async(me, src, dst):
     return dst
 
 
-def _memcpy_eligible(s, d):
-    """ATen's copy_device_to_device takes cudaMemcpyAsync, not its copy kernel, when `same_type && same_conj &&
-    same_neg && iter.is_contiguous()` (aten/src/ATen/native/cuda/Copy.cu)."""
-    return (s.dtype == d.dtype and s.is_conj() == d.is_conj() and s.is_neg() == d.is_neg() and s.shape == d.shape
-            and s.is_contiguous() and d.is_contiguous())
-
-
 def _device_copy(me, src, dst, fn, name):
     """A device-to-device copy. Within one device: a kernel on its current stream. Across devices, as ATen's
     copy_device_to_device: the copy runs on the source device's current stream after it waits for the
     destination's current stream, and the destination's current stream then waits for the copy."""
     if src._dev is dst._dev:
-        kind = "kernel"
-        if me.launch_blocking and _memcpy_eligible(src._inner, dst._inner):
-            kind = "copy"  # a cudaMemcpyAsync, which CUDA_LAUNCH_BLOCKING=1 does not make the host wait for
-        return launch(me, me.current_stream(dst._dev.index), name, kind, fn, (src,), (dst,), _nbytes((src, dst)))
+        return launch(me, me.current_stream(dst._dev.index), name, "kernel", fn, (src,), (dst,),
+                      _nbytes((src, dst)))
     host = me.host
     s_stream, d_stream = me.current_stream(src._dev.index), me.current_stream(dst._dev.index)
     s_stream.wait_marker(host, d_stream.record_marker(host))
