@@ -509,7 +509,8 @@ def test_cuda_futures_freed_by_the_collector_after_a_run_do_not_abort():
     Future per bucket, so a DDP model in a reference cycle (any transformers model) is destroyed whenever the
     collector runs; simdist pauses the collector for a run and its fake guard leaves the registry at the end, so
     the collector's next pass after the run aborted the process (notes b2). The run's cyclic garbage is now collected
-    while the guard is still in (simdist/faces/patches.py _collect_run_garbage): the process lives on."""
+    while the guard is still in (simdist/faces/patches.py _collect_run_garbage), and while events recorded in a run
+    live the guard stays in torch's registry (csrc/fake_cuda_guard.cpp g_live_events): the process lives on."""
     code = textwrap.dedent("""
         import gc, torch, torch.distributed as dist, simdist
         def prog():
@@ -519,8 +520,26 @@ def test_cuda_futures_freed_by_the_collector_after_a_run_do_not_abort():
             w(torch.randn(2, 4, device="cuda")).sum().backward()
         res = simdist.run(prog, world_size=2)
         gc.collect()
-        print("alive", len(res.hazards))
+        print("alive", len(res.hazards), simdist.faces.guard.draining())
+        kept = []
+        def keep():
+            dist.init_process_group("nccl")
+            w = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda())
+            w(torch.randn(2, 4, device="cuda")).sum().backward()
+            kept.append(w)
+        simdist.run(keep, world_size=2)
+        print("kept", simdist.faces.guard.draining())
+        kept.clear()
+        gc.collect()
+        try:
+            torch.Event("cuda")
+        except Exception as e:
+            print("after", simdist.faces.guard.draining(), str(e).splitlines()[0])
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip().endswith("alive 0"), (r.returncode, r.stdout, r.stderr[-2000:])
+    # and a Future that outlives the run (the model kept by the caller): the guard stays in the registry, draining,
+    # until the last event made in the run is destroyed, then torch is as before (torch.Event("cuda") refused)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert r.stdout.splitlines() == ["alive 0 False", "kept True",
+                                     "after False PyTorch is not linked with support for cuda devices"], r.stdout

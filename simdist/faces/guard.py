@@ -12,7 +12,10 @@ takes it out again; likewise torch's (CPU-build, default) CUDA hooks object gets
 enabled, so at::getAccelerator() reports CUDA (autograd asks it for gradient streams), and its own vtable back
 afterwards (docs/autograd.md). Outside a run torch behaves exactly as before: `torch.empty(1, device="cuda")`
 raises as it did. A pointer torch cached while the impl was in (a torch.Event made inside a run) raises
-that same error once the run is over.
+that same error once the run is over, except for what destroying an event made in the run needs: while such
+events live the impl stays in the slot (a CUDA Future destroys its events under a device guard of their device:
+ATen/core/ivalue_inl.h ~Future; notes b2), its device exchange only records the index and every other method
+raises as disabled; the slot empties when the last of them is destroyed (`draining()`).
 
 On a torch build with CUDA the library is never built or loaded (the real guard is in place). If the
 build fails, simdist warns once and autograd on simulated tensors stays refused.
@@ -177,3 +180,9 @@ def streams_changed():
 
 def enabled():
     return _lib is not None and bool(_lib.simdist_guard_enabled())
+
+
+def draining():
+    """True while the impl stays in torch's registry after a run because events recorded in the run still live
+    (a CUDA Future held past the run: its destructor needs the guard; notes b2); it leaves with the last of them."""
+    return _lib is not None and bool(_lib.simdist_guard_draining())

@@ -38,6 +38,15 @@
 namespace {
 
 std::atomic<bool> g_enabled{false};
+// Events recorded through this impl (a c10::Event's first record) and not yet destroyed. A C++ object made in a run
+// can outlive it holding some: a CUDA ivalue::Future destroys its events under c10::OptionalDeviceGuard
+// (ATen/core/ivalue_inl.h ~Future), which asks the registry for the CUDA guard and exchanges the device; torch DDP's
+// Reducer keeps such Futures (notes b2). While any lives after a run the impl stays in the slot, "draining": the
+// device exchange of such a guard only records the index, every other method raises as disabled, and the slot is
+// emptied when the last of them is destroyed.
+std::atomic<int64_t> g_live_events{0};
+std::atomic<bool> g_draining{false};
+void release_slot();  // empties torch's CUDA slot of the registry if it holds this impl (below)
 thread_local c10::DeviceIndex t_device = 0;
 thread_local bool t_rank_thread = false;  // a simulated rank's thread (simdist_guard_set_device was called on it)
 constexpr c10::DeviceIndex kDeviceCount = 64;
@@ -122,13 +131,13 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
 
   c10::Device exchangeDevice(c10::Device d) const override {
-    check_enabled();
+    if (!g_draining.load(std::memory_order_relaxed)) check_enabled();
     c10::Device old(c10::DeviceType::CUDA, t_device);
     switch_device(d.index());
     return old;
   }
   c10::Device getDevice() const override {
-    check_enabled();
+    if (!g_draining.load(std::memory_order_relaxed)) check_enabled();
     return c10::Device(c10::DeviceType::CUDA, t_device);
   }
   void setDevice(c10::Device d) const override { switch_device(d.index()); }
@@ -165,13 +174,17 @@ struct SimdistCudaGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return stream_of(s.device(), old);
   }
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
-    if (auto cb = callbacks(); cb && event) preserving_error([&] { cb->destroy(event_id(event)); });
+    if (!event) return;
+    if (g_enabled.load(std::memory_order_relaxed))
+      if (auto cb = callbacks()) preserving_error([&] { cb->destroy(event_id(event)); });
+    if (g_live_events.fetch_sub(1) == 1 && g_draining.load()) release_slot();
   }
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex /*device_index*/,
               const c10::EventFlag /*flag*/) const override {
     check_enabled();
     if (auto cb = callbacks()) {
       int64_t id = preserving_error([&] { return cb->record(event_id(*event), stream.device_index(), stream.id()); });
+      if (*event == nullptr && id != 0) g_live_events.fetch_add(1);
       *event = reinterpret_cast<void*>(static_cast<intptr_t>(id));
     }
   }
@@ -265,6 +278,12 @@ std::atomic<const c10::impl::DeviceGuardImplInterface*>& cuda_slot() {
   return c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::CUDA)];
 }
 
+void release_slot() {
+  g_draining.store(false);
+  const c10::impl::DeviceGuardImplInterface* expected = impl();
+  cuda_slot().compare_exchange_strong(expected, nullptr);
+}
+
 }  // namespace
 
 // torch DDP's Reducer makes a timer for its parameters' device type (c10d::TimerRegistry); a CPU build of torch
@@ -291,6 +310,7 @@ int simdist_guard_set_enabled(int on) {
   const c10::impl::DeviceGuardImplInterface* mine = impl();
   auto& slot = cuda_slot();
   if (on) {
+    g_draining.store(false);
     const c10::impl::DeviceGuardImplInterface* expected = nullptr;
     if (!slot.compare_exchange_strong(expected, mine) && expected != mine) return 0;
     if (!swap_hooks(true)) {
@@ -303,11 +323,16 @@ int simdist_guard_set_enabled(int on) {
   }
   g_enabled.store(false);
   swap_hooks(false);
-  const c10::impl::DeviceGuardImplInterface* expected = mine;
-  slot.compare_exchange_strong(expected, nullptr);
+  if (g_live_events.load() > 0 && slot.load() == mine) {
+    g_draining.store(true);  // events made in the run still live: the slot empties when the last is destroyed
+    if (g_live_events.load() > 0) return 0;
+  }
+  release_slot();
   return 0;
 }
 int simdist_guard_enabled() { return g_enabled.load() ? 1 : 0; }
+// 1 while the impl stays in torch's registry after a run for events made in it (see g_live_events).
+int simdist_guard_draining() { return g_draining.load() ? 1 : 0; }
 // simdist's streams and events behind the guard's (nullptr: events are no-ops). The struct stays alive while set.
 void simdist_guard_set_callbacks(const void* cb) {
   g_callbacks.store(static_cast<const Callbacks*>(cb), std::memory_order_release);
