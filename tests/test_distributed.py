@@ -412,6 +412,42 @@ def test_gloo_collectives_on_cpu_tensors():
             simdist.run(prog, world_size=2, args=(backend,))
 
 
+def test_an_async_gloo_collective_races_host_accesses_until_it_is_waited():
+    """ProcessGroupGloo runs an async_op=True collective on a worker thread: it reads the input CPU tensors and
+    writes the outputs some time before wait() returns ("wait() ... in the case of CPU collectives, will block the
+    process until the operation is completed", https://pytorch.org/docs/stable/distributed.html, synchronous and
+    asynchronous collective operations). So a host write of the input, or a host read of an output, between the
+    call and wait() races the worker. simdist completed gloo collectives inside the call and reported nothing
+    (a missed race: the values a CPU run gets depend on the worker's timing). Now the work's tensors are watched as
+    pending device-to-host copies are (write-after-read / host-read), until wait(), a True is_completed() or its
+    future; the values stay those of a worker that ran at once (not marked observed)."""
+    def prog(fix):
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        t = torch.ones(1 << 10) * (dist.get_rank() + 1)
+        parts = [torch.empty(4) for _ in range(2)]
+        w = dist.all_reduce(t, async_op=True)
+        w2 = dist.all_gather(parts, torch.full((4,), float(dist.get_rank())), async_op=True)
+        if fix == "wait":
+            w.wait(), w2.wait()
+        elif fix == "future":
+            w.get_future().wait(), w2.get_future().wait()
+        elif fix == "poll":
+            while not (w.is_completed() and w2.is_completed()):
+                pass
+        t.mul_(10)
+        s = parts[1].sum().item()
+        w.wait(), w2.wait()
+        return t[0].item(), s
+
+    bug = simdist.run(prog, world_size=2, args=(None,))
+    assert {h.kind for h in bug.hazards} == {"host-read", "write-after-read"}
+    assert not any(h.observed for h in bug.hazards)
+    for fix in ("wait", "future", "poll"):
+        res = simdist.run(prog, world_size=2, args=(fix,))
+        assert not res.hazards, res.report()
+        assert res.returns == [(30.0, 4.0), (30.0, 4.0)]
+
+
 def test_gloo_has_no_avg_or_premul_sum_and_no_bitwise_reductions_of_floats():
     """ProcessGroupGloo.cpp toFunction, called when a gloo allreduce / reduce is made: `case ReduceOp::AVG:
     TORCH_CHECK(false, "Cannot use ReduceOp.AVG with Gloo")`, the same for PREMUL_SUM, and BAND / BOR / BXOR of a

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from ..engine import collectives as engine
 from ..engine.context import current_rank
 from ..engine.errors import CollectiveMismatch, NcclError, SimulationError, UnsupportedOperation
+from ..engine.frames import capture_frames
 from . import guard, guard_events
 from .tensor import SimTensor
 
@@ -253,6 +254,7 @@ class SimWork(dist.Work):
         self._parts = list(parts)  # the works of a coalesced group
         self._started = me.host.clock  # WorkNCCL's workStartTime_: a timed wait's timeout counts from here
         self._blocking = None  # (end marker, group timeout) under TORCH_NCCL_BLOCKING_WAIT (SimProcessGroup._run)
+        self._gloo = None  # an async gloo collective's stand-in op until the host waits for it (_gloo_pending)
 
     def wait(self, timeout=None):
         """The current stream waits for the work; the host too for a barrier, or when a timeout is given
@@ -276,7 +278,15 @@ class SimWork(dist.Work):
         if self._stash is not None:
             _in_flight(me).release(self._stash)
             self._stash = None
+        self._gloo_done(me)
         return True
+
+    def _gloo_done(self, me):
+        """The host knows an async gloo collective has completed (wait, a True is_completed, its future)."""
+        op = self._gloo
+        if op is not None:
+            me.host.join_clock({op.stream.id: op.seq})
+            self._gloo = None
 
     def _wait_until(self, me, m, timeout):
         """The host waits for the work, but not past its start + timeout (WorkNCCL::synchronize: with a timeout
@@ -302,6 +312,7 @@ class SimWork(dist.Work):
         if m is None or (m.end is not None and m.end <= me.host.clock):
             if m is not None:
                 me.wait_op(m, "Work.is_completed()")  # the host may read what the work wrote (a CPU output)
+            self._gloo_done(me)
             return True
         me.poll_pending(m, "Work.is_completed()")
         return False
@@ -330,6 +341,7 @@ class SimWork(dist.Work):
         a race that needs that wait removed goes unreported)."""
         me = _rank()
         m = self._marker
+        self._gloo_done(me)  # a CPU future: whoever gets it may read the outputs once it is done (never later here)
         if not guard.enabled():
             self.wait()
             fut = torch.futures.Future()
@@ -344,6 +356,45 @@ class SimWork(dist.Work):
         with guard_events.completing(dev, m):
             fut.set_result(self.result())
         return fut
+
+
+class _GlooStream:
+    """The worker thread of a gloo process group, as the host-memory checks see an op's stream."""
+    __slots__ = ("id", "name", "dev")
+
+    def __init__(self, me, n):
+        self.id = -n  # never a simulated CUDA stream's id (those count up from 1)
+        self.name = f"rank{me.rank}/gloo"
+        self.dev = types.SimpleNamespace(rank=me.rank, index="cpu (gloo)")
+
+
+class _GlooOp:
+    """An async gloo collective until the host waits for it: ProcessGroupGloo runs it on a worker thread, which
+    reads its input tensors and writes its outputs some time before wait() returns (distributed.rst: wait() "will
+    block the process until the operation is finished" for CPU collectives). simdist computed it at the call (one
+    schedule a worker can take), so `done`: the values are not damaged, the race is reported."""
+    __slots__ = ("stream", "name", "frames", "seq", "done", "vc")
+
+    def __init__(self, me, desc):
+        me.gloo_works = n = getattr(me, "gloo_works", 0) + 1
+        self.stream = _GlooStream(me, n)
+        self.name = f"gloo:{desc}"
+        self.frames = capture_frames(20, 3)
+        self.seq = 1
+        self.done = True
+        self.vc = {self.stream.id: 1}
+
+
+def _gloo_pending(me, desc, reads, outputs):
+    """Register an async gloo collective's CPU tensors with the host-memory checks (faces/host_memory.py): a host
+    write of an input, or a host access of an output, before the host waits for the work races the worker."""
+    op = _GlooOp(me, desc)
+    hm = me.host_memory
+    for t in reads:
+        hm.pending_source(op, t)
+    for t in outputs:
+        hm.pending(op, t)
+    return op
 
 
 def _blocking_wait_env():
@@ -583,7 +634,10 @@ class SimProcessGroup(dist.ProcessGroup):
                                    f"config {c10d._world.pg_backend_config.get(self)!r}; a CPU tensor needs gloo, "
                                    "e.g. init_process_group('cpu:gloo,cuda:nccl'))")
             engine.host_collective(me, g, kind, desc, sig, reads, outputs, compute, nb)
-            return SimWork(me, None, None, outputs, what=desc)
+            work = SimWork(me, None, None, outputs, what=desc)
+            if async_op:
+                work._gloo = _gloo_pending(me, desc, reads, outputs)
+            return work
         if cfg.get("cuda") != "nccl":
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
                                        "through host memory): not modelled by simdist; use NCCL for CUDA tensors")
