@@ -1319,3 +1319,49 @@ def test_the_ops_given_cuda_kernels_are_native_functions_with_a_cuda_kernel_and_
         if cuda and "CompositeImplicitAutograd" in ks:
             found.add(name)
     assert found == set(CUDA_KERNEL_OPS) | set(NOT_MODELLED), found
+
+
+def test_rms_norm_is_the_two_fused_kernels_a_gpu_runs():
+    # Rule: on CUDA, F.rms_norm calls aten._fused_rms_norm and autograd its _fused_rms_norm_backward (measured on an
+    # H200: docs/gpu/b-series-facts-2026-12-02.json rms_norm_ops; aten/src/ATen/native/layer_norm.cpp rms_norm
+    # takes the fused path when input and weight dtypes agree); the forward is x * rsqrt(mean(x^2) + eps) * w in
+    # float opmath rounded once (the CPU's rms_norm_composite computes the same), the backward the standard
+    # gradients in float opmath (torch/_decomp/decompositions.py _fused_rms_norm_backward). simdist ran the CPU
+    # build's decomposition: ~6 forward and ~15 backward kernels (notes b3).
+    import json
+    import os
+    import torch.nn.functional as F
+    facts = json.load(open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpu",
+                                        "b-series-facts-2026-12-02.json")))
+    assert facts["rms_norm_ops_torch.bfloat16"]["forward"][0] == "aten._fused_rms_norm.default"
+    assert "aten._fused_rms_norm_backward.default" in facts["rms_norm_ops_torch.bfloat16"]["backward"]
+
+    def prog(dev):
+        out = []
+        for dt in (torch.float32, torch.bfloat16):
+            for mask in ((True, True), (True, False), (False, True)):
+                g = torch.Generator().manual_seed(0)
+                x = (torch.randn(6, 2, 32, generator=g) * 2).to(dt).to(dev).requires_grad_(mask[0])
+                w = (torch.randn(32, generator=g) * .5 + 1).to(dt).to(dev).requires_grad_(mask[1])
+                y = F.rms_norm(x, (32,), w, 1e-6)
+                y.backward(torch.randn(6, 2, 32, generator=g).to(dt).to(dev))
+                out += [y.detach().cpu(), x.grad.cpu() if mask[0] else None, w.grad.cpu() if mask[1] else None]
+        x = torch.randn(3, 4, 8, generator=g).to(dev).requires_grad_()  # two normalized dims, eps None, no weight
+        (F.rms_norm(x, (4, 8)) * torch.arange(8., device=dev)).sum().backward()  # (sum of squares: a zero gradient)
+        return out + [x.grad.cpu()]
+
+    res = simdist.run(prog, args=("cuda",), policy="none")
+    got, = res.returns
+    want = prog("cpu")
+    for i, (a, b) in enumerate(zip(got, want)):
+        if b is None:
+            assert a is None
+            continue
+        if i % 3 == 0 and i < 18:
+            assert torch.equal(a, b), i  # the forward: the composite's values
+        else:
+            tol = 2e-6 if b.dtype == torch.float32 else 1e-2
+            assert (a.double() - b.double()).abs().max() <= tol * b.abs().max(), i
+    names = _kernel_names(res)
+    assert names.count("_fused_rms_norm") == 7 and names.count("_fused_rms_norm_backward") == 7
+    assert "rsqrt" not in names and "pow" not in names

@@ -18,8 +18,8 @@ has the Python key, above the backend); it raises UnsupportedOperation if it is.
 
 The list is native_functions.yaml's ops with a CUDA kernel (directly or through a structured_delegate) and a
 CompositeImplicitAutograd kernel; tests/test_torch_surface.py derives it from torchgen's copy of the yaml.
-Left out: `_fused_rms_norm`, which F.rms_norm calls on CUDA (and its `_fused_rms_norm_backward`): the CPU build
-has no kernel of the backward to run, so F.rms_norm keeps the decomposition (notes b1, open).
+`_fused_rms_norm` is F.rms_norm's forward on CUDA; its backward, `_fused_rms_norm_backward`, has no decomposition
+to fall into (it reaches the dispatch mode anyway) and no CPU kernel: rules/norms.py computes it (notes b3).
 """
 from __future__ import annotations
 
@@ -31,10 +31,9 @@ from ..engine.errors import UnsupportedOperation
 CUDA_KERNEL_OPS = {
     "silu_backward": "math_silu_backward: 6 ops, each rounded to the dtype",
     "mish_backward": "math_mish_backward: one op per term, each rounded to the dtype",
+    "_fused_rms_norm": "rms_norm_composite's ops (pow, mean, add, rsqrt, mul, mul) and their backwards (notes b3)",
 }
-NOT_MODELLED = {
-    "_fused_rms_norm": "its backward, _fused_rms_norm_backward, has no CPU kernel to run",
-}
+NOT_MODELLED: dict = {}
 
 _lib = None
 

@@ -79,3 +79,23 @@ def _norm_backward(me, func, args, kwargs):
     launch(me, stream, info.name, "kernel", fn, unwrapped.sims, real, _nbytes(unwrapped.sims) + sum(o._alloc.nbytes for o in real),
            skip=4)
     return tuple(outs)
+
+
+# F.rms_norm on CUDA is two fused kernels, aten._fused_rms_norm and aten._fused_rms_norm_backward (measured on an
+# H200: docs/gpu/b-series-facts-2026-12-02.json rms_norm_ops; the forward reaches simdist whole through
+# faces/cuda_keys.py, notes b3). The forward's CPU kernel is its CompositeImplicitAutograd decomposition
+# (rms_norm_composite: float opmath, x * rstd * w rounded once), run as one kernel by the generic path. The backward
+# has no CPU kernel; it is computed here by torch's own decomposition (torch/_decomp/decompositions.py
+# _fused_rms_norm_backward: the same float opmath formula, cast once), as one kernel on the current stream.
+def _rms_norm_backward_kernel(*args):
+    from torch._decomp.decompositions import _fused_rms_norm_backward
+    return _fused_rms_norm_backward(*args)
+
+
+@register(aten._fused_rms_norm_backward.default)
+def _fused_rms_norm_backward(me, func, args, kwargs):
+    from ..dispatch import _functional
+    if kwargs:
+        names = [a.name for a in func._schema.arguments]
+        args = tuple(args) + tuple(kwargs[n] for n in names[len(args):] if n in kwargs)
+    return _functional(me, func, op_info(func), tuple(args), {}, kernel=_rms_norm_backward_kernel)
