@@ -926,32 +926,39 @@ def cuda_patches():
     return out
 
 
-_ALIAS_MODULES = [None, []]  # [sys.modules' size and newest name when scanned, the torch.cuda.* modules then]
+_ALIAS_MODULES = [None, []]  # [sys.modules' size and newest name when scanned, (module, name) candidates then]
 
 
-def _cuda_submodules():
-    """torch.cuda's loaded submodules. Scanning sys.modules (thousands of names) cost ~0.3 ms, most of an empty
-    run; it is rescanned only when a module was imported or removed since (its size or newest name changed)."""
+def _alias_candidates(names):
+    """(module dict, name) for every loaded module, simdist's own and torch.cuda itself aside, that has a global of
+    one of `names`. Scanning sys.modules (thousands of modules) costs milliseconds; it is rescanned only when a
+    module was imported or removed since (its size or newest name changed)."""
     import sys
     mods = sys.modules
     stamp = (len(mods), next(reversed(mods), None))
     if _ALIAS_MODULES[0] != stamp:
-        _ALIAS_MODULES[:] = [stamp, [m for name, m in list(mods.items())
-                                     if name.startswith("torch.cuda.") and m is not None]]
+        found = []
+        for name, m in list(mods.items()):
+            d = getattr(m, "__dict__", None)
+            if m is None or m is torch.cuda or not isinstance(d, dict) or name.startswith("simdist"):
+                continue
+            found.extend((m, k) for k in d.keys() & names)
+        _ALIAS_MODULES[:] = [stamp, found]
     return _ALIAS_MODULES[1]
 
 
 def _submodule_aliases(items):
-    """The same functions where torch.cuda's own submodules bound them at import (torch/cuda/random.py does
-    `from . import current_device`): torch.cuda.random.get_rng_state would otherwise reach the real one."""
+    """The same functions where modules bound them at import, before the run: torch.cuda's own (torch/cuda/
+    random.py does `from . import current_device`) and any library's (Megatron-Core's tensor_parallel/random.py
+    `from torch.cuda import _lazy_init`, whose original raises "Torch not compiled with CUDA enabled" on a CPU
+    build). Only a global that is still torch.cuda's original is swapped (a library's own function of the same
+    name is left alone), and it is restored after the run with everything else."""
     c = torch.cuda.__dict__
     out = []
-    for mod in _cuda_submodules():
-        d = getattr(mod, "__dict__", {})
-        for k in d.keys() & items.keys():  # (in C: most submodules bind none of these names)
-            orig = c.get(k)
-            if orig is not None and d[k] is orig:
-                out.append((mod, k, items[k]))
+    for mod, k in _alias_candidates(items.keys()):
+        orig = c.get(k)
+        if orig is not None and mod.__dict__.get(k) is orig:
+            out.append((mod, k, items[k]))
     return out
 
 

@@ -359,6 +359,15 @@ def _set_data_by_swap(self, new):
         alias = torch.nn.Parameter(alias, requires_grad=requires_grad)
     elif requires_grad:
         alias.requires_grad_(True)
+    n = self._use_count()
+    if n > 2 or (n == 2 and not self.is_leaf):
+        # the C++ references (an autograd Function's unpacked inputs, a saved tensor) would keep the host tensor
+        # while a GPU's set_data moves the one tensor they all hold: a named refusal, never torch's swap error
+        raise UnsupportedOperation(
+            f"`t.data = new` moving t between the host and a simulated device while C++ holds {n} references to "
+            "t (an autograd Function's input or saved tensor): simdist moves a tensor there by swapping it with an "
+            "alias (torch.utils.swap_tensors), which those references would not follow. Move t to the device "
+            "before that call (`t = t.cuda()`)")
     if grad is not None:
         self.grad = None  # (a grad of the old device cannot sit on the moved tensor; set back below)
     _swap_tensors(self, alias)
@@ -649,8 +658,14 @@ def _cuda_graphs_refused(*args, **kwargs):
 
 
 class _RefusedCUDAGraph:
+    """torch.cuda.CUDAGraph with a CUDA build's methods (code checks them with hasattr: Megatron-Core's
+    graph-safe RNG tracker asserts `register_generator_state`), each refused by name."""
+
     def __init__(self, *args, **kwargs):
         _cuda_graphs_refused()
+
+    capture_begin = capture_end = instantiate = replay = reset = pool = enable_debug_mode = debug_dump = \
+        register_generator_state = raw_cuda_graph = raw_cuda_graph_exec = _cuda_graphs_refused
 
 
 _warmed = []

@@ -5,8 +5,17 @@ the kernel draws later. Reseeding restarts the offsets, so `manual_seed(7); a = 
 b = randn()` gives a == b however late the kernels run. The simulator does the same: each random op gets, at
 launch, a private CPU generator seeded from (seed, offset); values differ from a GPU's Philox stream, but they are
 deterministic and follow the same reseeding rules.
+
+A CUDA generator's (seed, offset) is a state object that generators can share (CUDAGeneratorImpl's `state_`, a
+CUDAGeneratorState): `graphsafe_get_state()` returns a generator over the same state, `graphsafe_set_state(g)`
+makes this generator use g's state, and `clone_state()` copies it (aten/src/ATen/cuda/CUDAGeneratorImpl.cpp).
+Megatron-Core's and TransformerEngine's CUDA-graph-safe RNG trackers swap the default generator's state so. Here
+the state is a `_State`; a device generator holds one, shared as CUDA shares it.
 """
 from __future__ import annotations
+
+import itertools
+import weakref
 
 import torch
 
@@ -15,13 +24,20 @@ from ..engine.context import current_rank
 _Generator = torch.Generator
 
 
-# A device generator's CPU generator underneath is always seeded with the launch value of its next offset,
-# `_value(seed, offset)`, registered here: an op called with an explicit generator receives a plain
-# torch._C.Generator over the same C++ generator (not the SimGenerator), whose initial_seed() is that value, and
-# the registry gives back (seed, offset). So a torch.Generator(device="cuda").manual_seed(s) and the default
-# device generator seeded s draw the same stream, as two Philox generators with one seed do; before, an explicit
-# generator drew its launch seed from the CPU state instead (the differential tier's random programs).
-_STATES: dict = {}
+class _State:
+    """CUDAGeneratorState: a Philox seed and offset (one per random op here, not per thread)."""
+
+    __slots__ = ("seed", "offset")
+
+    def __init__(self, seed, offset=0):
+        self.seed, self.offset = seed, offset
+
+
+# An op called with an explicit generator receives a plain torch._C.Generator over the same C++ generator (not the
+# SimGenerator). A device generator's C++ generator is seeded with a key of its own, and the registry gives back
+# the state the generator holds now, so the op draws from that state (shared or not) and advances it.
+_HELD: dict = {}
+_keys = itertools.count(0x5EED << 48)  # never a seed a program picks, never a value the draws depend on
 
 
 def _value(seed, off):
@@ -31,7 +47,7 @@ def _value(seed, off):
 class SimGenerator(_Generator):
     """torch.Generator(device="cuda") inside a simulated rank: a CPU generator that says it is on the device."""
 
-    def __new__(cls, device="cpu"):
+    def __new__(cls, device="cpu", _state=None):
         dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         if dev.type == "cuda" and dev.index is None:
             me = current_rank()
@@ -39,21 +55,17 @@ class SimGenerator(_Generator):
         g = super().__new__(cls, device="cpu")
         g._sim_device = dev
         if dev.type != "cpu":
-            g._place(int(_Generator.initial_seed(g)), 0)
+            key = next(_keys)
+            _Generator.manual_seed(g, key)
+            # a new CUDA generator starts at c10's default_rng_seed_val, as a new CPU one does
+            g._state = _state if _state is not None else _State(int(_Generator().initial_seed()))
+            _HELD[key] = g._state
+            weakref.finalize(g, _HELD.pop, key, None)
         return g
 
-    def _place(self, seed, off):
-        v = _value(seed, off)
-        _STATES[v] = (seed, off)
-        _Generator.manual_seed(self, v)
-
-    @property
-    def _sim_seed(self):
-        return _STATES[_Generator.initial_seed(self)][0]
-
-    @property
-    def _sim_offset(self):
-        return _STATES[_Generator.initial_seed(self)][1]
+    def _hold(self, state):
+        self._state = state
+        _HELD[_Generator.initial_seed(self)] = state
 
     @property
     def device(self):
@@ -62,47 +74,68 @@ class SimGenerator(_Generator):
     def manual_seed(self, seed):
         if self._sim_device.type == "cpu":
             return super().manual_seed(seed)
-        self._place(int(seed), 0)
+        st = self._state
+        st.seed, st.offset = int(seed), 0
         return self
 
     def seed(self):
         if self._sim_device.type == "cpu":
             return super().seed()
         s = int(_Generator().seed())
-        self._place(s, 0)
+        self.manual_seed(s)
         return s
 
     def initial_seed(self):
         if self._sim_device.type == "cpu":
             return super().initial_seed()
-        return self._sim_seed
+        return self._state.seed
 
     def get_state(self):
         """A CPU generator's own state. A device generator's: (seed, offset) in 16 bytes, like CUDA's Philox
         state."""
         if self._sim_device.type == "cpu":
             return super().get_state()
-        return torch.tensor([self._sim_seed, self._sim_offset], dtype=torch.int64).view(torch.uint8)
+        return torch.tensor([self._state.seed, self._state.offset], dtype=torch.int64).view(torch.uint8)
 
     def set_state(self, state):
         if self._sim_device.type == "cpu":
             return super().set_state(state)
         seed, off = state[:16].view(torch.int64).tolist()
-        self._place(int(seed), int(off))
+        self._state.seed, self._state.offset = int(seed), int(off)  # into the shared state, as CUDA writes it
+        return self
+
+    def clone_state(self):
+        """A new generator over a copy of this one's state."""
+        if self._sim_device.type == "cpu":
+            return super().clone_state()
+        return SimGenerator(self._sim_device, _State(self._state.seed, self._state.offset))
+
+    def graphsafe_get_state(self):
+        """A new generator over this one's state itself: draws through either advance both."""
+        if self._sim_device.type == "cpu":
+            return super().graphsafe_get_state()
+        return SimGenerator(self._sim_device, self._state)
+
+    def graphsafe_set_state(self, other):
+        """This generator uses `other`'s state from now on (shared, not copied)."""
+        if self._sim_device.type == "cpu":
+            return super().graphsafe_set_state(other)
+        if getattr(other, "_sim_device", torch.device("cpu")).type == "cpu":
+            raise RuntimeError("Expected a CUDA Generator")
+        self._hold(other._state)
         return self
 
 
 def launch_seed(gen):
-    """The seed of the next random op launched with `gen` (advances its offset, as Philox does)."""
-    key = _Generator.initial_seed(gen)
-    so = _STATES.get(key) if getattr(gen, "_sim_device", torch.device("cuda")).type != "cpu" else None
-    if so is None:  # a plain CPU generator handed to a device op: draw from it now, in launch order
-        return int(torch.randint(0, 2**62, (1,), generator=gen))
-    seed, off = so
-    v = _value(seed, off + 1)
-    _STATES[v] = (seed, off + 1)
-    _Generator.manual_seed(gen, v)  # (the plain wrapper and the SimGenerator share the C++ generator)
-    return key
+    """The seed of the next random op launched with `gen` (advances its state's offset, as Philox does)."""
+    st = getattr(gen, "_state", None)
+    if st is None:
+        st = _HELD.get(_Generator.initial_seed(gen))
+        if st is None:  # a plain CPU generator handed to a device op: draw from it now, in launch order
+            return int(torch.randint(0, 2**62, (1,), generator=gen))
+    v = _value(st.seed, st.offset)
+    st.offset += 1
+    return v
 
 
 def generator_for(seed):
