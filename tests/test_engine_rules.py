@@ -1207,3 +1207,20 @@ def test_a_device_index_past_device_count_raises_what_torch_raises():
                 f(1)
         return out, torch.cuda.get_device_capability(0), torch.cuda.current_device()
     assert simdist.run(fn, device_count=1).returns == [([True] * 7, (9, 0), 0)]
+
+
+def test_pytorch_no_cuda_memory_caching_is_refused_by_name(monkeypatch):
+    """The CUDA semantics note (memory management): "set PYTORCH_NO_CUDA_MEMORY_CACHING=1 in your environment to
+    disable caching". c10/cuda/CUDACachingAllocator.cpp forceUncachedAllocator: the variable set at all (any value)
+    sends every allocation to cudaMalloc and every free to cudaFree (uncached_delete), which waits for the device, and
+    bypasses the caching allocator's statistics (memory_allocated() stays 0). simdist ignored it: its caching
+    allocator's reuse races (which a synchronizing free rules out) and figures were reported. Not modelled, so the
+    run is refused by name when CUDA is initialized in a rank."""
+    def fn():
+        return torch.ones(3, device="cuda").sum().item()
+    for value in ("1", "0"):
+        monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", value)
+        with pytest.raises(simdist.UnsupportedOperation, match="PYTORCH_NO_CUDA_MEMORY_CACHING"):
+            simdist.run(fn)
+    monkeypatch.delenv("PYTORCH_NO_CUDA_MEMORY_CACHING")
+    assert simdist.run(fn).returns == [3.0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.errors import InvalidDevice
+from ..engine.errors import InvalidDevice, UnsupportedOperation
 from ..engine.world import World
 from .cuda import Stream, expandable_segments
 from .host_memory import HostMemory
@@ -41,6 +41,13 @@ def _name_device(device):
         # CUDA_LAUNCH_BLOCKING=1"); os.environ is the rank's (faces/patches.py RankEnviron)
         import os
         owner.launch_blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "0").strip() == "1"
+        if "PYTORCH_NO_CUDA_MEMORY_CACHING" in os.environ:
+            # c10/cuda/CUDACachingAllocator.cpp forceUncachedAllocator: set at all (any value), every tensor is a
+            # cudaMalloc and its free a cudaFree, which waits for the device; the caching figures stay 0
+            raise UnsupportedOperation(
+                "PYTORCH_NO_CUDA_MEMORY_CACHING is set: the uncached allocator (a cudaMalloc per tensor, a cudaFree "
+                "that synchronizes the device at every free, no memory statistics) is not modelled by simdist; "
+                "unset it (cuda-memcheck's reason for it does not apply here)")
     device.memory.expandable = expandable_segments(owner)  # the allocator settings as the device's allocator starts
     # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank, unless a
     # seeding call made before CUDA was initialized is pending (simdist/faces/cuda.py manual_seed)
