@@ -1224,3 +1224,16 @@ def test_pytorch_no_cuda_memory_caching_is_refused_by_name(monkeypatch):
             simdist.run(fn)
     monkeypatch.delenv("PYTORCH_NO_CUDA_MEMORY_CACHING")
     assert simdist.run(fn).returns == [3.0]
+
+
+def test_the_default_streams_cuda_stream_handle_is_the_null_stream():
+    """Each device's default stream is CUDA's null stream: `torch.cuda.default_stream(i).cuda_stream` is 0 (the
+    cudaStream_t handle; c10/cuda/CUDAStream.cpp: the default stream's stream() is nullptr), a side stream's is a
+    non-zero pointer (an H200 with torch 2.11: ci/gpu_c_facts.py default_ids [0, 0, 0], docs/gpu/
+    c-series-facts-2026-12-02.json). simdist gave the stream's simulated id (1) for the default stream."""
+    def fn():
+        side = torch.cuda.Stream()
+        return (torch.cuda.default_stream(0).cuda_stream, torch.cuda.default_stream(1).cuda_stream,
+                torch.cuda.current_stream().cuda_stream, side.cuda_stream != 0,
+                len({side.cuda_stream, torch.cuda.Stream().cuda_stream}))
+    assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2)]

@@ -89,7 +89,9 @@ class Stream(engine_streams.Stream):
 
     @property
     def cuda_stream(self):
-        return self.id
+        # the cudaStream_t: the default stream is the null stream, 0 on every device (an H200, torch 2.11:
+        # ci/gpu_c_facts.py default_ids); another stream's handle is a pointer, here its simulated id (non-zero)
+        return 0 if self is self.dev.default_stream else self.id
 
     @property
     def stream_id(self):
