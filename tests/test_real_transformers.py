@@ -77,3 +77,32 @@ def test_llama_in_torch_ddp_matches_a_single_process_and_the_process_survives_th
     for _, params in res.returns:
         for a, b in zip(params, want[1]):
             assert (a - b).abs().max() <= 1e-5 * b.abs().max() + 1e-7
+
+
+def test_llama_sdpa_generate_and_checkpointed_training_agree_with_cpu():
+    # SDPA runs the fused kernel an H200 picks (faces/sdpa.py), whose rounding is not CPU attention's: greedy tokens
+    # (with the KV cache, without it, and with a static cache compiled out) must still be the CPU's, and a
+    # gradient-checkpointed step's loss within float rounding of the CPU's (no hazard in either).
+    def prog(device):
+        torch.manual_seed(0)
+        cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+        m = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").to(device).eval()
+        ids = torch.randint(3, 128, (2, 6), generator=torch.Generator().manual_seed(1)).to(device)
+        outs = [m.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0, **kw).cpu()
+                for kw in ({}, {"use_cache": False},
+                           {"cache_implementation": "static", "disable_compile": True})]
+        m.train()
+        m.gradient_checkpointing_enable()
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return outs, loss.detach().cpu(), m.model.embed_tokens.weight.grad.cpu()
+
+    res = simdist.run(prog, args=("cuda",))
+    assert not res.hazards
+    (outs, loss, grad), = res.returns
+    want_outs, want_loss, want_grad = prog("cpu")
+    for a, b in zip(outs, want_outs):
+        assert torch.equal(a, b)
+    assert torch.allclose(loss, want_loss, rtol=1e-6)
+    assert (grad - want_grad).abs().max() <= 1e-5 * want_grad.abs().max()
