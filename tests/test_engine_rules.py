@@ -1235,5 +1235,7 @@ def test_the_default_streams_cuda_stream_handle_is_the_null_stream():
         side = torch.cuda.Stream()
         return (torch.cuda.default_stream(0).cuda_stream, torch.cuda.default_stream(1).cuda_stream,
                 torch.cuda.current_stream().cuda_stream, side.cuda_stream != 0,
-                len({side.cuda_stream, torch.cuda.Stream().cuda_stream}))
-    assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2)]
+                len({side.cuda_stream, torch.cuda.Stream().cuda_stream}),
+                "cuda_stream=0x0 " in repr(torch.cuda.current_stream()),  # torch's repr: the handle, in hex
+                f"cuda_stream={side.cuda_stream:#x} " in repr(side))
+    assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2, True, True)]

@@ -73,7 +73,9 @@ class Stream(engine_streams.Stream):
         pass
 
     def __repr__(self):
-        return f"<torch.cuda.Stream device={self.dev.torch_device} cuda_stream={self.id} ({self.name}) [simdist]>"
+        # torch's repr shows the cudaStream_t in hex (0x0: the default stream, the null stream)
+        return (f"<torch.cuda.Stream device={self.dev.torch_device} cuda_stream={self.cuda_stream:#x} ({self.name}) "
+                "[simdist]>")
 
     @property
     def device(self):
