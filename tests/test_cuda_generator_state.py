@@ -107,3 +107,32 @@ def test_moving_a_host_tensor_that_cxx_holds_is_refused_by_name():
     import pytest
     with pytest.raises(UnsupportedOperation, match="C\\+\\+ holds"):
         simdist.run(_set_data_held_by_cxx)
+
+
+def _set_data_of_a_saved_leaf():
+    x = torch.ones(3, device="cuda", requires_grad=True)
+    w = torch.tensor(2.)  # a leaf without requires_grad: mul saves it, the save is its second C++ reference
+    y = (x * w).sum()
+    w.data = torch.tensor(3., device="cuda")
+    y.backward()
+
+
+def test_a_saved_leaf_without_requires_grad_is_not_swapped():
+    # torch.utils.swap_tensors allows a second reference only when it is the leaf's AccumulateGrad node; a saved
+    # tensor's would keep the old value (x.grad 2 where set_data gives 3: a silent wrong gradient before)
+    import pytest
+    with pytest.raises(UnsupportedOperation, match="C\\+\\+ holds 2"):
+        simdist.run(_set_data_of_a_saved_leaf)
+
+
+def _old_graph_after_a_move():
+    p = torch.nn.Parameter(torch.ones(3))
+    y = (p * 2).sum()  # a graph made before the move: its AccumulateGrad holds the host tensor
+    p.data = p.data.cuda()
+    y.backward()
+
+
+def test_a_graph_made_before_a_move_cannot_put_its_gradient_on_the_other_object():
+    import pytest
+    with pytest.raises(Exception, match="graph made before simdist moved it"):
+        simdist.run(_old_graph_after_a_move)

@@ -448,13 +448,13 @@ def test_an_async_gloo_collective_races_host_accesses_until_it_is_waited():
         assert res.returns == [(30.0, 4.0), (30.0, 4.0)]
 
 
-def test_gloo_has_no_avg_or_premul_sum_and_no_bitwise_reductions_of_floats():
-    """ProcessGroupGloo.cpp toFunction, called when a gloo allreduce / reduce is made: `case ReduceOp::AVG:
-    TORCH_CHECK(false, "Cannot use ReduceOp.AVG with Gloo")`, the same for PREMUL_SUM, and BAND / BOR / BXOR of a
-    non-integral dtype "Cannot use ReduceOp.BAND with non-integral dtype" (RuntimeError; the documented ReduceOp
-    table, https://pytorch.org/docs/stable/distributed.html, lists AVG for NCCL only). simdist averaged CPU tensors
-    on gloo as NCCL does (a value where torch raises) and refused a float BAND with the CPU kernel's
-    NotImplementedError. Integer bitwise reductions and NCCL's AVG are unchanged."""
+def test_gloo_avg_is_a_sum_then_a_division_and_gloo_has_no_premul_sum_nor_bitwise_reductions_of_floats():
+    """ProcessGroupGloo.cpp (torch >= 2.8, pytorch/pytorch#149781): ReduceOp.AVG is a SUM and then the result divided
+    in place by the group size, so an integer tensor raises (measured with torch 2.13's gloo: "result type Float
+    can't be cast to the desired output type Int") and float16 rounds as that division does; `case
+    ReduceOp::PREMUL_SUM: TORCH_CHECK(false, "Cannot use ReduceOp.PREMUL_SUM with Gloo")`; BAND / BOR / BXOR of a
+    non-integral dtype "Cannot use ReduceOp.BAND with non-integral dtype". simdist first averaged CPU tensors as
+    NCCL does (a pre-multiplied sum), then (c5) refused AVG as torch < 2.8 does. NCCL's AVG is unchanged."""
     def E(f):
         try:
             f()
@@ -464,21 +464,26 @@ def test_gloo_has_no_avg_or_premul_sum_and_no_bitwise_reductions_of_floats():
 
     def prog():
         dist.init_process_group("cpu:gloo,cuda:nccl")
-        t = torch.ones(4)
-        out = [E(lambda: dist.all_reduce(t, op=dist.ReduceOp.AVG)), E(lambda: dist.reduce(t, 0, op=dist.ReduceOp.AVG)),
+        r = dist.get_rank()
+        t = torch.full((4,), float(r + 1))
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        o = torch.zeros(2)
+        dist.reduce_scatter_tensor(o, torch.arange(4.) * (r + 1), op=dist.ReduceOp.AVG)
+        out = [t.tolist(), o.tolist(),
+               E(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int64), op=dist.ReduceOp.AVG)),
                E(lambda: dist.all_reduce(t, op=dist._make_nccl_premul_sum(2.0))),
                E(lambda: dist.all_reduce(t, op=dist.ReduceOp.BOR))]
-        i = torch.full((4,), 1 + dist.get_rank(), dtype=torch.int32)
+        i = torch.full((4,), 1 + r, dtype=torch.int32)
         dist.all_reduce(i, op=dist.ReduceOp.BOR)
-        c = torch.full((4,), float(1 + dist.get_rank()), device="cuda")
+        c = torch.full((4,), float(1 + r), device="cuda")
         dist.all_reduce(c, op=dist.ReduceOp.AVG)
         return out + [i.tolist(), c.tolist()]
 
     res = simdist.run(prog, world_size=2)
-    want = ["RuntimeError: Cannot use ReduceOp.AVG with Gloo"] * 2 + [
-        "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
-        "RuntimeError: Cannot use ReduceOp.BOR with non-integral dtype", [3] * 4, [1.5] * 4]
-    assert res.returns == [want, want]
+    tail = ["RuntimeError: result type Float can't be cast to the desired output type Long",
+            "RuntimeError: Cannot use ReduceOp.PREMUL_SUM with Gloo",
+            "RuntimeError: Cannot use ReduceOp.BOR with non-integral dtype", [3] * 4, [1.5] * 4]
+    assert res.returns == [[[1.5] * 4, [0.0, 1.5]] + tail, [[1.5] * 4, [3.0, 4.5]] + tail]
 
 
 def test_lazy_communicator_setup_orders_first_use_of_groups():

@@ -524,8 +524,8 @@ def host_collective(rank, g, kind, desc, sig, reads, outputs, compute, nbytes):
 
 
 def reduce_values(vals, opname):
-    """Reduce every rank's value (in rank order) with the named op: SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR
-    or PREMUL_SUM(factor)."""
+    """Reduce every rank's value (in rank order) with the named op: SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR,
+    PREMUL_SUM(factor) or SUM_THEN_DIV (gloo's AVG)."""
     if opname.startswith("PREMUL_SUM("):
         f = float(opname[len("PREMUL_SUM("):-1])
         acc = vals[0] * f
@@ -537,6 +537,10 @@ def reduce_values(vals, opname):
         # then a division: fp16 values near the top of the range average without overflowing
         return reduce_values(vals, f"PREMUL_SUM({1.0 / len(vals)!r})")
     acc = vals[0].clone()
+    if opname == "SUM_THEN_DIV":  # gloo's AVG (floats): the sum in rank order, then divided by the group size
+        for v in vals[1:]:
+            acc.add_(v)
+        return acc.div_(len(vals))
     if opname in ("SUM", "AVG"):
         for v in vals[1:]:
             acc.add_(v)

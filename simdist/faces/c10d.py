@@ -55,6 +55,12 @@ def _rank():
 
 
 # --- helpers ---------------------------------------------------------------------------------
+# gloo has ReduceOp.AVG from torch 2.8 (pytorch/pytorch#149781); c10's names of integer scalar types in errors
+_GLOO_AVG = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+_SCALAR_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                 torch.uint8: "Byte", torch.bool: "Bool"}
+
+
 def _redop_name(op, tensor=None):
     """The reduce op's name for signatures and reductions: 'SUM', 'MAX'..., 'PREMUL_SUM(0.5)'.
 
@@ -66,9 +72,18 @@ def _redop_name(op, tensor=None):
     n = getattr(kind if kind is not None else op, "name", None) or str(kind if kind is not None else op)
     n = n.split(".")[-1].upper()
     cuda = tensor is not None and tensor.device.type == "cuda"
-    if tensor is not None and not cuda and n in ("AVG", "PREMUL_SUM"):
-        # a CPU tensor's collective runs on gloo, which has neither (ProcessGroupGloo.cpp toFunction)
+    if tensor is not None and not cuda and (n == "PREMUL_SUM" or (n == "AVG" and not _GLOO_AVG)):
+        # a CPU tensor's collective runs on gloo (ProcessGroupGloo.cpp toFunction), which has no PREMUL_SUM, and
+        # AVG only from torch 2.8 (pytorch/pytorch#149781)
         raise RuntimeError(f"Cannot use ReduceOp.{n} with Gloo")
+    if tensor is not None and not cuda and n == "AVG":
+        # gloo's AVG is a SUM, then the result divided in place by the group size: an integer tensor cannot take
+        # the float quotient (measured, torch 2.13 gloo: "result type Float can't be cast to the desired output
+        # type Long"); floats round as that division does, not as NCCL's pre-multiplied sum
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise RuntimeError(f"result type Float can't be cast to the desired output type "
+                               f"{_SCALAR_NAMES.get(tensor.dtype, str(tensor.dtype))}")
+        return "SUM_THEN_DIV"
     if tensor is not None and not cuda and n in ("BAND", "BOR", "BXOR") and tensor.is_floating_point():
         raise RuntimeError(f"Cannot use ReduceOp.{n} with non-integral dtype")  # gloo's band / bor / bxor
     if cuda and tensor.dtype in _FP8_UNREDUCIBLE:  # ProcessGroupNCCL: fnuz and e8m0 have no NCCL reduction

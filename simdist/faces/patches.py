@@ -302,6 +302,30 @@ def _versions(p):
 _orig_swap_tensors = torch.utils.swap_tensors
 
 
+def _poisoned_accumulate_grad(grad_outputs):
+    raise UnsupportedOperation(
+        "a backward reached a tensor through a graph made before simdist moved it between the host and a "
+        "simulated device (`t.data = new`, a swap): a GPU's set_data keeps one tensor, simdist swaps two objects "
+        "and the old graph's gradient would land on the other one. Move the tensor before building that graph")
+
+
+def _swappable(t):
+    """torch.utils.swap_tensors' rule (torch/utils/__init__.py check_use_count): the only C++ reference to t
+    besides its Python object may be its AccumulateGrad node (a leaf that requires grad), which is then poisoned
+    so that a graph made before the swap cannot put a gradient on the wrong object. A second reference of any
+    other kind (a saved tensor of a leaf that does not require grad) makes t unswappable."""
+    n = t._use_count()
+    if n == 1:
+        return True
+    if n != 2 or not t.is_leaf or not t.requires_grad:
+        return False
+    node = torch.autograd.graph.get_gradient_edge(t).node
+    if t._use_count() != 2:  # get_gradient_edge made the node: the second reference was something else
+        return False
+    node.register_prehook(_poisoned_accumulate_grad)
+    return True
+
+
 def _swap_tensors(t1, t2):
     """torch.utils.swap_tensors where a simulated tensor is involved. torch's refuses tensors with weak
     references, and simdist keeps one to every simulated tensor (its allocation's views, for storage resize):
@@ -310,10 +334,10 @@ def _swap_tensors(t1, t2):
     if not isinstance(t1, SimTensor) and not isinstance(t2, SimTensor):
         return _orig_swap_tensors(t1, t2)
     for name, t in (("t1", t1), ("t2", t2)):
-        n = t._use_count()
-        if n > 2 or (n == 2 and not t.is_leaf):
-            raise RuntimeError(f"Expected use_count of {name} to be 1 or 2 with an AccumulateGrad node but got {n} "
-                               "make sure you are not holding references to the tensor in other places.")
+        if not _swappable(t):
+            raise RuntimeError(f"Expected use_count of {name} to be 1 or 2 with an AccumulateGrad node but got "
+                               f"{t._use_count()} make sure you are not holding references to the tensor in other "
+                               "places.")
     c1, c2 = t1.__class__, t2.__class__
     t1.__class__, t2.__class__ = c2, c1
     d1, d2 = t1.__dict__, t2.__dict__
@@ -360,7 +384,7 @@ def _set_data_by_swap(self, new):
     elif requires_grad:
         alias.requires_grad_(True)
     n = self._use_count()
-    if n > 2 or (n == 2 and not self.is_leaf):
+    if not _swappable(self):
         # the C++ references (an autograd Function's unpacked inputs, a saved tensor) would keep the host tensor
         # while a GPU's set_data moves the one tensor they all hold: a named refusal, never torch's swap error
         raise UnsupportedOperation(
