@@ -448,6 +448,30 @@ def test_an_async_gloo_collective_races_host_accesses_until_it_is_waited():
         assert res.returns == [(30.0, 4.0), (30.0, 4.0)]
 
 
+def test_a_gloo_barrier_completes_the_groups_async_gloo_collectives():
+    """ProcessGroupGloo::barrier waits for every in-progress and queued work of the group before the barrier itself
+    (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, AsyncBarrierWork::run), so after `dist.barrier()` on a gloo
+    group an earlier async collective's output may be read. simdist reported that read as a host-read race (found by
+    review); an NCCL barrier of a "cpu:gloo,cuda:nccl" group orders no gloo work and still does not."""
+    def prog(backend, barrier):
+        dist.init_process_group(backend)
+        torch.cuda.set_device(dist.get_rank())
+        t = torch.ones(8) * (dist.get_rank() + 1)
+        w = dist.all_reduce(t, async_op=True)
+        if barrier:
+            dist.barrier()
+        v = t[0].item()
+        w.wait()
+        return v
+
+    clean = simdist.run(prog, world_size=2, args=("gloo", True))
+    assert not clean.hazards, clean.report()
+    assert clean.returns == [3.0, 3.0]
+    for backend, barrier in (("gloo", False), ("cpu:gloo,cuda:nccl", True)):
+        res = simdist.run(prog, world_size=2, args=(backend, barrier))
+        assert {h.kind for h in res.hazards} == {"host-read"}, (backend, barrier)
+
+
 def test_gloo_avg_is_a_sum_then_a_division_and_gloo_has_no_premul_sum_nor_bitwise_reductions_of_floats():
     """ProcessGroupGloo.cpp (torch >= 2.8, pytorch/pytorch#149781): ReduceOp.AVG is a SUM and then the result divided
     in place by the group size, so an integer tensor raises (measured with torch 2.13's gloo: "result type Float

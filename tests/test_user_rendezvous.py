@@ -4,6 +4,7 @@ import, call `rendezvous("tcp://localhost:6000", rank, world_size)` and give the
 Every spelling of it reaches the module's `_rendezvous_helper`, which simdist swaps for a store of the rank's own
 (ranks meet in the engine; a real TCPStore master would wait for peers while its rank holds the turn: before this,
 the run timed out after 60 s with DistStoreError). A direct `_create_c10d_store` is refused by name."""
+import os
 import textwrap
 
 import pytest
@@ -75,3 +76,53 @@ def _direct_store():
 def test_a_direct_tcp_store_is_refused_by_name():
     with pytest.raises(UnsupportedOperation, match="real c10d TCP store"):
         simdist.run(_direct_store, world_size=2)
+
+
+STORE_SCRIPT = textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import rendezvous
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)
+    store, _, _ = next(rendezvous("tcp://localhost:6000", rank, world))
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=world)
+    count = store.add("joined", 1)
+    if rank == 0:
+        store.set("plan", "tp2")
+    dist.barrier()  # rank 0 set the key before any rank passes the barrier
+    plan = store.get("plan").decode()
+    out = os.environ["OUT"]
+    open(f"{out}.{rank}", "w").write(f"{count} {plan} {dist.is_initialized()}")
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.parametrize("transport", ["processes", "threads"])
+def test_the_programs_store_is_shared_by_the_ranks(tmp_path, transport, monkeypatch):
+    # every rank of a real job reaches the one TCPStore: add() counts 1 and 2, a key rank 0 set is read by rank 1
+    # (a store of each rank's own gave 1 on both ranks and blocked rank 1's get)
+    p = tmp_path / "store.py"
+    p.write_text(STORE_SCRIPT)
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    res = simdist.run_script(str(p), world_size=2, seed=0, transport=transport)
+    assert not res.hazards
+    got = sorted((tmp_path / f"out.{r}").read_text() for r in range(2))
+    assert got == ["1 tp2 True", "2 tp2 True"]
+
+
+def _sets_env():
+    os.environ["SIMDIST_TEST_PROGRAM_VAR"] = "1"
+    os.environ.pop("SIMDIST_TEST_CALLER_VAR", None)
+    return os.environ.get("SIMDIST_TEST_PROGRAM_VAR")
+
+
+def test_a_programs_environment_changes_do_not_outlast_the_run(monkeypatch):
+    # a rank process's environment is its own; rank threads write the caller's (where C++ getenv sees it), and
+    # the run puts it back as it was (corpus c08 set PYTORCH_NO_CUDA_MEMORY_CACHING for every later run)
+    monkeypatch.setenv("SIMDIST_TEST_CALLER_VAR", "kept")
+    monkeypatch.delenv("SIMDIST_TEST_PROGRAM_VAR", raising=False)
+    assert simdist.run(_sets_env, world_size=2).returns == ["1", "1"]
+    assert "SIMDIST_TEST_PROGRAM_VAR" not in os.environ
+    assert os.environ["SIMDIST_TEST_CALLER_VAR"] == "kept"

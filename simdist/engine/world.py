@@ -30,6 +30,7 @@ class World:
         self.on_new_device = on_new_device or (lambda device: None)
         self.device_work = device_work  # context in which queued kernels run (the face: no dispatch mode)
         self.transport = None  # how ranks run (simdist/ranks/), set by the runner
+        self.program_store = None  # the store a program's rendezvous gives its ranks (the torch face makes it)
         self.fatal = None
         local = range(world_size) if local_ranks is None else local_ranks
         self.ranks = {r: Rank(self, r) for r in local}  # the ranks simulated in this process

@@ -270,6 +270,7 @@ class SimWork(dist.Work):
         self._started = me.host.clock  # WorkNCCL's workStartTime_: a timed wait's timeout counts from here
         self._blocking = None  # (end marker, group timeout) under TORCH_NCCL_BLOCKING_WAIT (SimProcessGroup._run)
         self._gloo = None  # an async gloo collective's stand-in op until the host waits for it (_gloo_pending)
+        self._flushes = ()  # a gloo barrier's: the group's async gloo works, complete once it is waited
 
     def wait(self, timeout=None):
         """The current stream waits for the work; the host too for a barrier, or when a timeout is given
@@ -294,6 +295,9 @@ class SimWork(dist.Work):
             _in_flight(me).release(self._stash)
             self._stash = None
         self._gloo_done(me)
+        for w in self._flushes:
+            w._gloo_done(me)
+        self._flushes = ()
         return True
 
     def _gloo_done(self, me):
@@ -652,6 +656,7 @@ class SimProcessGroup(dist.ProcessGroup):
             work = SimWork(me, None, None, outputs, what=desc)
             if async_op:
                 work._gloo = _gloo_pending(me, desc, reads, outputs)
+                self._async_gloo = [w for w in getattr(self, "_async_gloo", ()) if w._gloo is not None] + [work]
             return work
         if cfg.get("cuda") != "nccl":
             raise UnsupportedOperation(f"{kind} of CUDA tensors on a gloo process group (gloo stages device tensors "
@@ -976,7 +981,12 @@ class SimProcessGroup(dist.ProcessGroup):
             g = self._engine_group()
             engine.host_collective(me, g, "barrier", "barrier()", ("barrier",), [], [],
                                    lambda vals, metas: [[]] * len(vals), 0)
-            return SimWork(me, what="barrier()")
+            bw = SimWork(me, what="barrier()")
+            # ProcessGroupGloo::barrier waits for every in-progress and queued work of the group before its own
+            # (AsyncBarrierWork::run): once it is waited, the group's async gloo collectives are complete
+            bw._flushes = [w for w in getattr(self, "_async_gloo", ()) if w._gloo is not None]
+            self._async_gloo = []
+            return bw
         with torch.cuda.device(dev.index):
             buf = torch.zeros(1, device="cuda")  # a kernel on the current stream, as ProcessGroupNCCL's barrier
         return self._run("all_reduce", "barrier()", ("barrier",), [buf], [buf],
@@ -1256,7 +1266,21 @@ def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
         raise ValueError(f"init_process_group(world_size={world_size}) but the simulated world has {n} ranks")
     if rank not in (-1, None) and rank != me.rank:
         raise ValueError(f"init_process_group(rank={rank}) called on simulated rank {me.rank}")
-    yield (_C.HashStore(), me.rank, n)
+    yield (_program_store(me.world), me.rank, n)
+
+
+def _program_store(world):
+    """The store a rendezvous gives the program: one the world's ranks share, as every rank of a real job reaches
+    the same TCPStore (a counter's `add` counts every rank, a key one rank sets the others read): the run's own
+    store under a prefix of its own with rank processes (torch's TCPStore, as the ranks' messages use), one
+    HashStore of the world with rank threads. (A store of each rank's own gave `add` 1 on every rank.) A `get` of a
+    key no rank has set yet blocks the rank holding the turn, and the stall watch names it (L11)."""
+    st = getattr(world, "program_store", None)
+    if st is None:
+        base = getattr(world.transport, "store", None)
+        st = _C.PrefixStore(world.transport.prefix + "program/", base) if base is not None else _C.HashStore()
+        world.program_store = st
+    return st
 
 
 def _rendezvous_helper(url, rank, world_size_opt, **kwargs):

@@ -740,6 +740,10 @@ class Installed:
         # init_process_group wraps sys.excepthook to prefix tracebacks with "[rank0]:"; inside a rank that is
         # the rank's own process state, not the caller's
         self.excepthook = sys.excepthook
+        # so is the environment: a program's `os.environ[K] = V` (rank threads write the real one, where C++
+        # getenv sees it) must not outlast the run (corpus c08 set PYTORCH_NO_CUDA_MEMORY_CACHING for every
+        # later run of the test process)
+        self.environ = dict(os.environ)
         self.gc_was = gc.isenabled()
         gc.disable()
         self.collections = _collections()
@@ -762,6 +766,7 @@ class Installed:
             if self.isolation:
                 _set_thread_isolation(False)
         sys.excepthook = self.excepthook
+        _restore_environ(self.environ)
         if self.gc_was:
             gc.enable()
         torch.set_num_threads(self.threads)
@@ -769,6 +774,15 @@ class Installed:
 
 
 _MISSING = object()
+
+
+def _restore_environ(saved):
+    env = os.environ
+    for k in [k for k in env if k not in saved]:
+        del env[k]
+    for k, v in saved.items():
+        if env.get(k) != v:
+            env[k] = v
 
 
 def _collections():
