@@ -800,7 +800,17 @@ def test_torch_nccl_blocking_wait_makes_every_wait_block_the_host(monkeypatch):
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "0")
     assert not simdist.run(prog, world_size=2).returns[0][0]  # "0": the default, an ordinary wait
     monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "maybe")
-    with pytest.raises(RuntimeError, match="Invalid value maybe for environment variable TORCH_NCCL_BLOCKING_WAIT"):
+    with pytest.raises(RuntimeError, match="Invalid value for environment variable: TORCH_NCCL_BLOCKING_WAIT"):
+        simdist.run(prog, world_size=2)
+    # c10d/Utils.hpp getCvarBool: the deprecated name is parsed first (an invalid value there raises though the
+    # current name is valid), values are lowered, not stripped
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", "1")
+    monkeypatch.setenv("NCCL_BLOCKING_WAIT", "maybe")
+    with pytest.raises(RuntimeError, match="Invalid value for environment variable: NCCL_BLOCKING_WAIT"):
+        simdist.run(prog, world_size=2)
+    monkeypatch.delenv("NCCL_BLOCKING_WAIT")
+    monkeypatch.setenv("TORCH_NCCL_BLOCKING_WAIT", " 1")
+    with pytest.raises(RuntimeError, match="Invalid value for environment variable: TORCH_NCCL_BLOCKING_WAIT"):
         simdist.run(prog, world_size=2)
 
 

@@ -421,17 +421,21 @@ def _blocking_wait_env():
     reads it (`blockingWait_ = getCvarBool(TORCH_NCCL_BLOCKING_WAIT, false)`; c10d/Utils.hpp getCvarBool: y, yes,
     1, t, true / n, no, 0, f, false, any case; another value is an error). Documented at
     https://pytorch.org/docs/stable/distributed.html (environment variables): with it, wait() blocks the host."""
-    for name in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"):
+    ret = False
+    # getCvarBool parses the names in reverse order (the deprecated name first, so the current one wins), lowers
+    # each value without stripping it, and stops at the first invalid one
+    for name in ("NCCL_BLOCKING_WAIT", "TORCH_NCCL_BLOCKING_WAIT"):
         val = os.environ.get(name)
         if val is None:
             continue
-        v = val.strip().lower()
+        v = val.lower()
         if v in ("y", "yes", "1", "t", "true"):
-            return True
-        if v in ("n", "no", "0", "f", "false"):
-            return False
-        raise RuntimeError(f"Invalid value {val} for environment variable {name}")
-    return False
+            ret = True
+        elif v in ("n", "no", "0", "f", "false"):
+            ret = False
+        else:
+            raise RuntimeError(f"Invalid value for environment variable: {name}")
+    return ret
 
 
 def _gives_timeout(timeout):
