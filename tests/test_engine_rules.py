@@ -1237,5 +1237,6 @@ def test_the_default_streams_cuda_stream_handle_is_the_null_stream():
                 torch.cuda.current_stream().cuda_stream, side.cuda_stream != 0,
                 len({side.cuda_stream, torch.cuda.Stream().cuda_stream}),
                 "cuda_stream=0x0 " in repr(torch.cuda.current_stream()),  # torch's repr: the handle, in hex
-                f"cuda_stream={side.cuda_stream:#x} " in repr(side))
-    assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2, True, True)]
+                f"cuda_stream={side.cuda_stream:#x} " in repr(side),
+                (torch.cuda.current_stream().native_handle, side.native_handle == side.cuda_stream))
+    assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2, True, True, (0, True))]

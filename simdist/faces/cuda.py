@@ -101,7 +101,7 @@ class Stream(engine_streams.Stream):
 
     @property
     def native_handle(self):
-        return self.id
+        return self.cuda_stream  # torch.Stream.native_handle: the cudaStream_t, as cuda_stream gives it
 
     @staticmethod
     def priority_range():
