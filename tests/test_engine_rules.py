@@ -1003,6 +1003,17 @@ def test_like_factories_of_a_host_tensor_onto_the_device_are_factories():
     assert got["ones_like_t"] == ("cuda", (1, 3), [[1.0] * 2] * 3)
     assert got["new_ones"] == ("cuda", (1,), [1.0] * 4) and got["new_full"] == ("cuda", (1,), [3.0] * 4)
     assert got["rand_like_same_draw"]
+    # the H200's answers to the same calls (ci/gpu_x_facts3.py, torch 2.11, 2026-12-02)
+    import json
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "gpu", "x-series-facts3-2026-12-02.json")) as f:
+        h200 = json.load(f)["x22_like_factories"]
+    for mine, theirs in (("zeros_like", "zeros_like"), ("zeros_like_pinned", "zeros_like_pinned"),
+                         ("full_like", "full_like"), ("ones_like_t", None), ("new_ones", "new_ones"),
+                         ("new_full", "new_full")):
+        if theirs:
+            assert got[mine] == ("cuda", tuple(h200[theirs]["stride"]), h200[theirs]["values"]), mine
+    assert tuple(h200["zeros_like_transposed"]["stride"]) == got["ones_like_t"][1]
+    assert h200["rand_like_host_arg_equals_device_arg"] == got["rand_like_same_draw"]
 
 
 @pytest.mark.parametrize("how", ["none", "write", "write_after_event", "write_other_half", "copyto", "ufunc_out",

@@ -112,7 +112,10 @@ def main():
         d = ((p.detach().cpu() - r).abs().max() / r.abs().max()).item()
         worst = max(worst, d if d == d else float("inf"))
     print(f"largest relative parameter difference from the CPU reference: {worst:.3g}")
-    assert worst < 1e-4, worst
+    # an H200 (ci/gpu_x_facts3.py, 2026-12-02) gives 2.43e-4 at every delay: cuBLAS's fp32 GEMMs round otherwise
+    # than the CPU's and AdamW's m / sqrt(v) turns tiny gradient differences into whole steps of lr; a missing
+    # wait (x22) gives inf
+    assert worst < 1e-3, worst
 
 
 if __name__ == "__main__":
