@@ -523,6 +523,80 @@ def host_collective(rank, g, kind, desc, sig, reads, outputs, compute, nbytes):
             o.copy_(v.reshape(o.shape) if v.shape != o.shape else v)
 
 
+_GLOO_MAX_SEGMENT_BYTES = 1024 * 1024  # gloo/reduce.h ReduceOptions::kMaxSegmentSize (torch sets no other)
+
+
+def _gloo_pairwise(opname):
+    """gloo's reduction function c = f(a, b) (a: the rank's own element, b: the one received), gloo/math.h and
+    ProcessGroupGloo.cpp band / bor / bxor: std::max(a, b) is `a < b ? b : a`, so a NaN spreads only from a."""
+    if opname in ("SUM", "SUM_THEN_DIV"):
+        return lambda a, b: a + b
+    if opname == "PRODUCT":
+        return lambda a, b: a * b
+    if opname == "MAX":
+        return lambda a, b: torch.where(a < b, b, a)
+    if opname == "MIN":
+        return lambda a, b: torch.where(b < a, b, a)
+    if opname == "BAND":
+        return lambda a, b: a & b
+    if opname == "BOR":
+        return lambda a, b: a | b
+    if opname == "BXOR":
+        return lambda a, b: a ^ b
+    raise SimulationError(f"gloo reduce op {opname} is not supported by simdist")
+
+
+def gloo_reduce_values(vals, root, opname):
+    """Every rank's buffer after ProcessGroupGloo's reduce (in rank order of the group), which runs gloo::reduce
+    (gloo/reduce.cc) with the tensor as both input and output: a ring reduce-scatter in segments (each rank sends
+    to rank - 1, and reduces what it receives from rank + 1 into its own buffer), then every rank sends the chunk
+    it holds to the root. The root's result is reduced in the ring's order, not in rank order, and the other
+    ranks' buffers are left holding partial reductions (measured with torch 2.13's gloo at 2 to 5 ranks: equal
+    bit for bit). AVG (torch >= 2.8) divides every rank's buffer by the group size afterwards."""
+    P = len(vals)
+    bufs = [v.clone() for v in vals]
+    flats = [torch.view_as_real(b).reshape(-1) if b.is_complex() else b.reshape(-1) for b in bufs]
+    E = flats[0].numel()
+    if E and P > 1:
+        f = _gloo_pairwise(opname)
+        es = flats[0].element_size()
+        total = E * es
+        max_seg = es * max(1, _GLOO_MAX_SEGMENT_BYTES // es)
+        seg_bytes = -(-min((total + 2 * P - 1) // (2 * P), max_seg) // es) * es
+        nseg = -(-max(-(-total // seg_bytes), 2 * P) // P) * P
+        per_rank = nseg // P
+        seg = seg_bytes // es
+        span = nseg * seg
+
+        def offsets(r, i):
+            send = (((r + 1) * per_rank) + i) * seg % span
+            recv = (((r + 2) * per_rank) + i) * seg % span
+            return send, min(seg, E - send), recv, min(seg, E - recv)
+
+        in_flight = {}
+        for i in range(nseg):
+            if i >= 2:
+                for r in range(P):
+                    _, _, ro, rl = offsets(r, i - 2)
+                    if rl > 0:
+                        part = flats[r][ro:ro + rl]
+                        part.copy_(f(part.clone(), in_flight.pop((r, i - 2))))
+            if i < nseg - 2:
+                for r in range(P):
+                    so, sl, _, _ = offsets(r, i)
+                    if sl > 0:
+                        in_flight[((r - 1) % P, i)] = flats[r][so:so + sl].clone()
+        chunk = per_rank * seg
+        for r in range(P):
+            o = r * chunk
+            if r != root and o < E:
+                flats[root][o:o + min(chunk, E - o)] = flats[r][o:o + min(chunk, E - o)]
+    if opname == "SUM_THEN_DIV":  # ProcessGroupGloo AsyncReduceWork: `tensors[0] /= context_->size` on every rank
+        for b in bufs:
+            b.div_(P)
+    return bufs
+
+
 def reduce_values(vals, opname):
     """Reduce every rank's value (in rank order) with the named op: SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR,
     PREMUL_SUM(factor) or SUM_THEN_DIV (gloo's AVG)."""

@@ -757,6 +757,15 @@ class SimProcessGroup(dist.ProcessGroup):
         root = _root(opts, g, "reduce")
         name = _redop_name(getattr(opts, "reduceOp", None), t)
         is_root = g.index[me.rank] == root
+        if not isinstance(t, SimTensor):
+            # gloo (ProcessGroupGloo AsyncReduceWork): gloo::reduce with the tensor as input and output, a ring
+            # that leaves partial reductions in the other ranks' buffers and reduces the root's in its own order
+            return self._run(
+                "reduce", _desc("reduce", [t], f"dst={g.ranks[root]}, {name}"), ("reduce", _sig_t(t), root, name),
+                [t], [t], lambda vals: [[v] for v in engine.gloo_reduce_values([v[0] for v in vals], root, name)],
+                _async(opts))
+        # NCCL (ProcessGroupNCCL::reduce): ncclReduce(tensor, tensor, ..., root), whose recvbuff "may be NULL on
+        # all calls except for root": only the root's buffer is written
         return self._run(
             "reduce", _desc("reduce", [t], f"dst={g.ranks[root]}, {name}"), ("reduce", _sig_t(t), root, name), [t],
             [t], lambda vals: [[engine.reduce_values([v[0] for v in vals], name)] if j == root else [None]
