@@ -135,7 +135,7 @@ class CollectiveTable:
     def on_message(self, msg):
         if isinstance(msg, Arrive):
             g = self.group_for(msg.key[0] if msg.key[0] != "comm" else msg.key[1], msg.ranks, msg.group_name)
-            cls = CpuRendezvous if msg.kind == "cpu" else HostRendezvous
+            cls = {"cpu": CpuRendezvous, "subworld": SubworldRendezvous}.get(msg.kind, HostRendezvous)
             inst = self.instances.get(msg.key)
             if inst is None:
                 inst = self.instances[msg.key] = cls(self, g, msg.key, msg.kind)
@@ -173,6 +173,12 @@ class CollectiveTable:
             if inst.complete:
                 continue
             joined = sorted(inst.calls)
+            if inst.kind == "subworld":
+                if self.owner.rank not in inst.calls:
+                    continue  # another sub-world's membership exchange, this rank is none of its members
+                lines.append(f"  {inst.calls[joined[0]][0]}: joined by global ranks {joined}, {len(joined)} of the "
+                             f"{inst.expected} ranks it was made for")
+                continue
             missing = [r for r in inst.group.ranks if r not in inst.calls]
             first = inst.calls[joined[0]] if joined else None
             where = ""
@@ -426,6 +432,44 @@ class HostRendezvous:
             nbytes = sum(_payload_bytes(p) for p in self.payloads.values())
             self.done_time = max(self.arrivals.values()) + cost.collective_ns("all_gather", nbytes, len(self.arrivals))
             self.complete = True
+
+
+class SubworldRendezvous(HostRendezvous):
+    """The members of a group a program made over a rendezvous of its own (OpenRLHF's / SGLang's weight-update
+    group: `rendezvous("tcp://...", rank_offset + r, n)` then `_new_process_group_helper(n, group_rank, [], ...)`):
+    its ranks number themselves, so which global ranks they are is learnt as a real job learns it, through the
+    store, when each member's backend first needs its communicator. Every rank of the world is told of each arrival
+    (the members are not known before); complete when `expected` hosts have arrived."""
+
+    def __init__(self, table, group, key, kind):
+        super().__init__(table, group, key, kind)
+        self.expected = int(key[0].rsplit(":", 1)[1])
+
+    def _maybe_complete(self):
+        if len(self.arrivals) == self.expected and not self.complete:
+            self.done_time = max(self.arrivals.values()) + cost.collective_ns("all_gather", 8 * self.expected,
+                                                                              self.expected)
+            self.complete = True
+
+
+def subworld_members(rank, name, group_rank, size, desc):
+    """Global ranks, in group-rank order, of the `size`-rank group named `name` that this rank joins as
+    `group_rank` (SubworldRendezvous); the host waits for every member, as ncclCommInitRank's store exchange does."""
+    table = rank.collectives
+    n = rank.world.world_size
+    seen = table.subworlds = getattr(table, "subworlds", {})
+    k = seen[name, size] = seen.get((name, size), 0) + 1
+    key = f"subworld:{name}:{size}"
+    g = table.group_for(key, list(range(n)), f"{name} (its members unknown yet)")
+    inst = table.instance((key, k), g, SubworldRendezvous, "subworld")
+    inst = host_arrive(rank, inst, desc, ("subworld", size), int(group_rank), 0)
+    by_group_rank = {}
+    for r, gr in sorted(inst.payloads.items()):
+        if gr in by_group_rank:
+            raise CollectiveMismatch(f"{desc}: global ranks {by_group_rank[gr]} and {r} both joined as group rank {gr} "
+                                     f"(a real NCCL communicator set-up with a duplicate rank fails or hangs)")
+        by_group_rank[gr] = r
+    return [by_group_rank[i] for i in range(size)]
 
 
 class CpuRendezvous(HostRendezvous):

@@ -486,6 +486,7 @@ class RankC10d:
         self.batch = _Batch()
         self.auto_init = False
         self.works = {}  # id(allocation) -> [Work]: functional collectives' outputs not waited yet
+        self.subworld_stores = []  # the stores sub-world rendezvous gave (_rendezvous), kept alive
 
 
 def state(me):
@@ -624,14 +625,29 @@ class SimProcessGroup(dist.ProcessGroup):
         g = self._group
         if g is None:
             ranks_map = c10d._world.pg_group_ranks.get(self)
-            if ranks_map:
+            name = self.group_name or "pg"
+            if self._made_by_program():
+                ranks = engine.subworld_members(
+                    _rank(), name, self.rank(), self.size(),
+                    f"the members of process group {name!r} ({self.size()} ranks, made by the program over a store "
+                    f"of its own, as group rank {self.rank()})")
+            elif ranks_map:
                 ranks = [r for r, _ in sorted(ranks_map.items(), key=lambda kv: kv[1])]
             else:
                 ranks = list(self.options.global_ranks_in_group) or list(range(self.size()))
-            name = self.group_name or "pg"
             desc = getattr(self, "group_desc", None) or name
             g = self._group = _rank().collectives.group_for(name, ranks, desc if desc != "undefined" else name)
         return g
+
+    def _made_by_program(self):
+        """Whether this is a group the program made with c10d's `_new_process_group_helper(n, rank, [], ...)` over
+        a rendezvous of its own after init_process_group (OpenRLHF's `init_process_group` copy, SGLang's
+        `init_custom_process_group`: a second "default" group of the trainer's rank 0 and the inference workers).
+        Its ranks number themselves and the program's `pg_group_ranks` entry is `{i: i}`, which on a GPU no
+        collective reads (NCCL learns its peers from the store); so the members are learnt as NCCL learns them."""
+        default = c10d._world.default_pg
+        return (default is not None and self is not default and not self.options.global_ranks_in_group
+                and _subworld_store(self._store))
 
     # --- the one path of every collective -------------------------------------------------------
     def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
@@ -1243,6 +1259,36 @@ def _rank_world():
     return me.face.c10d.world
 
 
+def _routed_property(name):
+    orig = getattr(c10d._World, name)
+
+    def fget(self):
+        w = _rank_world()
+        return orig.fget(self) if w is _ORIG_WORLD else getattr(w, name)
+
+    def fset(self, value):
+        w = _rank_world()
+        if w is _ORIG_WORLD:
+            orig.fset(self, value)
+        else:
+            setattr(w, name, value)
+    return property(fget, fset if orig.fset is not None else None, doc=orig.__doc__)
+
+
+class _RoutedWorld(c10d._World):
+    """The class of c10d's own `_World` object while simdist runs. A program or library that bound the object
+    before the run (`from torch.distributed.distributed_c10d import _world` at module level: OpenRLHF's
+    openrlhf/utils/distributed_util.py, then `_world.pg_group_ranks[pg] = ...`) reaches the calling rank's
+    registry through it, as c10d's own functions do through _WorldProxy; before, it wrote c10d's module-global
+    maps, which every rank thread shares and no rank's c10d reads ("Group ... is not registered")."""
+
+
+for _name in ("default_pg", "pg_map", "pg_names", "pg_group_ranks", "pg_backend_config", "group_count",
+              "tags_to_pg", "pg_to_tag", "pg_coalesce_state", "comms", "pg_config_info"):
+    if isinstance(getattr(c10d._World, _name, None), property):
+        setattr(_RoutedWorld, _name, _routed_property(_name))
+
+
 class _WorldProxy:
     """c10d._world while simdist runs: the calling rank's _RankWorld (outside a rank: c10d's own)."""
 
@@ -1270,11 +1316,49 @@ def _get_default_group():
     return _orig_get_default_group()
 
 
+_SUBWORLD_PREFIX = "simdist-subworld/"
+
+
+class _SubworldStore(dist.PrefixStore):
+    """The store a sub-world rendezvous gives: the world's program store under the rendezvous' own prefix."""
+
+    _simdist_subworld = True
+
+
+def _subworld_store(store):
+    """Whether `store` is (a prefix of) a store a sub-world rendezvous gave (_rendezvous)."""
+    for _ in range(16):
+        if getattr(store, "_simdist_subworld", False):
+            return True
+        store = getattr(store, "underlying_store", None)
+        if store is None:
+            return False
+    return False
+
+
 def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
-    """c10d's rendezvous inside a simulated rank: a store of the rank's own. Ranks never meet through it
-    (collectives meet in simdist's engine), so nothing waits on it."""
+    """c10d's rendezvous inside a simulated rank: the world's program store (_program_store). Ranks never meet
+    through it (collectives meet in simdist's engine), so nothing waits on it.
+
+    After init_process_group, a rendezvous of another size or numbering is a second world the program makes for
+    some of its ranks (OpenRLHF / SGLang / open-instruct weight-update groups: the trainer's rank 0 and the
+    inference workers, `rank_offset + tp_rank`): its store is marked, and a process group made over it learns its
+    members when it first needs its communicator (SimProcessGroup._made_by_program)."""
     me = _rank()
     n = me.world.world_size
+    if (c10d._world.default_pg is not None and world_size not in (-1, None)
+            and (world_size != n or rank not in (-1, None, me.rank))):
+        if rank in (-1, None) or not 0 <= rank < world_size:
+            raise ValueError(f"rendezvous({url!r}): rank {rank} of a world of {world_size}")
+        if world_size > n:
+            raise ValueError(f"rendezvous({url!r}, world_size={world_size}): the simulated world has only {n} ranks, "
+                             "so the rendezvous would wait for ranks that never come")
+        st = _SubworldStore(_SUBWORLD_PREFIX + f"{url}/", _program_store(me.world))
+        # (kept alive: the program wraps it in PrefixStores and drops it, and a store reached again through
+        # `underlying_store` is this Python object only while it lives)
+        state(me).subworld_stores.append(st)
+        yield (st, rank, world_size)
+        return
     if world_size not in (-1, None) and world_size != n:
         raise ValueError(f"init_process_group(world_size={world_size}) but the simulated world has {n} ranks")
     if rank not in (-1, None) and rank != me.rank:
@@ -1350,6 +1434,7 @@ def c10d_patches():
         (c10d, "_new_process_group_helper", _new_process_group_helper),
         (c10d, "_check_p2p_op_list", _check_p2p_op_list),
         (c10d, "_world", _WorldProxy()),
+        (_ORIG_WORLD, "__class__", _RoutedWorld),  # the object itself, for those who bound it before the run
         (c10d, "_get_default_timeout", _get_default_timeout),
         (c10d, "_get_default_group", _get_default_group),
         (torch._C, "_get_accelerator", _get_accelerator),

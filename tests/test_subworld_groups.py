@@ -1,0 +1,119 @@
+"""A process group a program makes over a rendezvous of its own, after init_process_group (f-series f1).
+
+OpenRLHF (openrlhf/utils/distributed_util.py `init_process_group`), SGLang (`init_custom_process_group`) and
+open-instruct copy c10d's init_process_group to make a second "main" group of the trainer's rank 0 and the
+inference workers: `rendezvous("tcp://...", rank_offset + tp_rank, 1 + tp)`, `PrefixStore(group_name, store)`,
+`_new_process_group_helper(world_size, rank, [], backend, store, group_name=...)`, then
+`_world.pg_group_ranks[pg] = {i: i for i in range(world_size)}`. The group numbers its ranks itself; on a GPU NCCL
+learns which processes they are from the store (ncclCommInitRank after the unique-id exchange), and no collective
+reads the `{i: i}` entry. simdist refused the rendezvous (a plain ValueError: "the simulated world has N ranks")
+unless the group's numbering was the global one.
+"""
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import Backend, PrefixStore, _new_process_group_helper, _world, rendezvous
+
+import simdist
+
+
+def _group(url, world_size, rank, name):
+    store, rank, world_size = next(rendezvous(url, rank, world_size, timeout=timedelta(seconds=30)))
+    store = PrefixStore(name, store)
+    pg, _ = _new_process_group_helper(world_size, rank, [], Backend("nccl"), store, group_name=name,
+                                      backend_options=None, timeout=timedelta(seconds=30))
+    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
+# global rank -> group rank: global ranks 3, 0 and 2 are the group's ranks 0, 1 and 2; rank 1 is no member
+NUMBERING = {3: 0, 0: 1, 2: 2}
+
+
+def _permuted(numbering=NUMBERING):
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    out = {}
+    if rank in numbering:
+        pg = _group("tcp://127.0.0.1:29800", len(numbering), numbering[rank], "update")
+        t = torch.full((4,), float(10 * rank + 1), device="cuda")
+        dist.broadcast(t, 0, group=pg)                 # group rank 0 is global rank 3
+        out["bcast"] = t.cpu()
+        u = torch.full((2,), float(rank + 1), device="cuda")
+        dist.all_reduce(u, group=pg)
+        out["sum"] = u.cpu()
+        g = [torch.empty(1, device="cuda") for _ in range(len(numbering))]
+        dist.all_gather(g, torch.tensor([float(rank)], device="cuda"), group=pg)
+        out["gather"] = torch.cat(g).cpu()
+    dist.barrier()
+    return out
+
+
+@pytest.mark.parametrize("transport", ["threads", "processes"])
+def test_a_program_made_group_learns_its_members_from_its_rendezvous(transport):
+    res = simdist.run(_permuted, world_size=4, seed=1, transport=transport)
+    res.raise_for_hazards()
+    for r in (0, 2, 3):
+        got = res.returns[r]
+        assert torch.equal(got["bcast"], torch.full((4,), 31.0)), (r, got)       # global rank 3's tensor
+        assert torch.equal(got["sum"], torch.full((2,), 1.0 + 3.0 + 4.0)), (r, got)
+        assert torch.equal(got["gather"], torch.tensor([3.0, 0.0, 2.0])), (r, got)  # in group-rank order
+    assert res.returns[1] == {}
+    # `_world` was bound before the run (this module's import): its writes went to the rank's registry, not to
+    # c10d's module-global maps, which outlive the run and which every rank thread shares
+    from torch.distributed import distributed_c10d as c10d
+    assert type(c10d._world) is c10d._World and not c10d._world.pg_group_ranks and c10d._world.default_pg is None
+
+
+def test_both_transports_give_the_same_digest():
+    a = simdist.run(_permuted, world_size=4, seed=2, transport="threads")
+    b = simdist.run(_permuted, world_size=4, seed=2, transport="processes")
+    assert a.digest == b.digest
+
+
+def _duplicate():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if rank in (0, 1):
+        pg = _group("tcp://127.0.0.1:29801", 2, 0, "dup")    # both claim group rank 0
+        dist.all_reduce(torch.ones(1, device="cuda"), group=pg)
+
+
+def test_two_members_with_one_group_rank_are_refused_by_name():
+    with pytest.raises(simdist.CollectiveMismatch, match="both joined as group rank 0"):
+        simdist.run(_duplicate, world_size=3)
+
+
+def _missing():
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    if rank in (0, 1):                                       # made for 3 ranks, 2 come
+        pg = _group("tcp://127.0.0.1:29802", 3, rank, "short")
+        dist.all_reduce(torch.ones(1, device="cuda"), group=pg)
+
+
+def test_a_member_that_never_comes_is_a_deadlock_naming_the_group():
+    with pytest.raises(simdist.Deadlock, match=r"'short'.*2 of the 3 ranks"):
+        simdist.run(_missing, world_size=4)
+
+
+def _too_big():
+    dist.init_process_group("nccl")
+    _group("tcp://127.0.0.1:29803", 5, dist.get_rank(), "big")
+
+
+def test_a_rendezvous_larger_than_the_world_is_refused():
+    with pytest.raises(ValueError, match="only 2 ranks"):
+        simdist.run(_too_big, world_size=2)
+
+
+def _default_world_mismatch():
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29804", world_size=3, rank=dist.get_rank()
+                            if dist.is_initialized() else int(__import__("os").environ.get("RANK", "0")))
+
+
+def test_the_default_group_still_must_be_the_simulated_world():
+    with pytest.raises(ValueError, match="simulated world has 2 ranks"):
+        simdist.run(_default_world_mismatch, world_size=2)
