@@ -543,9 +543,11 @@ def test_accelerator_streams_and_devices_are_torch_cudas():
 
 def test_dcp_async_save_staging_of_device_tensors_is_refused_by_name(tmp_path):
     """torch.distributed.checkpoint.async_save stages a state dict by making host storages from each tensor's
-    storage type (`type(storage)(n, device="cpu")`, pinned, then `copy_(storage, non_blocking=...)`:
-    torch/distributed/checkpoint/_state_dict_stager.py _stage_untyped_storage). simdist does not model that
-    staging: it raises UnsupportedOperation saying so (it raised a raw TypeError from SimStorage.__init__)."""
+    storage type (`type(storage)(n, device="cpu")`, then `copy_(storage, non_blocking=...)`:
+    torch/distributed/checkpoint/_state_dict_stager.py _stage_untyped_storage), which simdist models (notes e1: it
+    raised a raw TypeError from SimStorage.__init__, u12, then refused the staging by name); the save itself runs
+    in a thread of its own (AsyncCheckpointExecutor) that uses torch.distributed, which simdist does not model:
+    UnsupportedOperation naming the thread (notes e3)."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
@@ -554,7 +556,8 @@ def test_dcp_async_save_staging_of_device_tensors_is_refused_by_name(tmp_path):
         sd = {"w": torch.arange(8, dtype=torch.float32, device="cuda")}
         dcp.async_save(sd, checkpoint_id=str(tmp_path)).result()
 
-    with pytest.raises(simdist.UnsupportedOperation, match="async_save's state-dict stager"):
+    with pytest.raises(simdist.UnsupportedOperation, match="torch.distributed in a host thread the program started "
+                                                           r"\(AsyncCheckpointExecutor"):
         simdist.run(prog, world_size=2, torchrun=True)
 
 

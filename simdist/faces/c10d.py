@@ -26,13 +26,14 @@ import datetime
 import importlib
 import operator
 import os
+import threading
 import types
 
 import torch
 import torch.distributed as dist
 
 from ..engine import collectives as engine
-from ..engine.context import current_rank
+from ..engine.context import current_rank, live_ranks
 from ..engine.errors import CollectiveMismatch, NcclError, SimulationError, UnsupportedOperation
 from ..engine.frames import capture_frames
 from . import guard, guard_events
@@ -1255,6 +1256,18 @@ _ORIG_WORLD = c10d._world
 def _rank_world():
     me = current_rank()
     if me is None or me.face is None:
+        if me is None and live_ranks():
+            # a host thread the program started, while its ranks run: on a GPU it sees its process's
+            # torch.distributed (c10d's registry is a module global), which here is a rank's; c10d's own, empty
+            # one would make it run as if uninitialized (torch.distributed.checkpoint.async_save's writer thread
+            # saved as a single process: state_dict_saver.py save, `no_dist = ... not dist.is_initialized()`)
+            raise UnsupportedOperation(
+                f"torch.distributed in a host thread the program started ({threading.current_thread().name}) is not "
+                "modelled by simdist: its process groups and collectives run only in a rank's own thread (on a GPU "
+                "the thread would see the process's torch.distributed; torch.distributed.checkpoint.async_save "
+                "writes the checkpoint so, in its AsyncCheckpointExecutor thread: dcp.save, after staging with "
+                "torch.distributed.checkpoint.staging.DefaultStager(StagingOptions(use_async_staging=False, ...)) "
+                "if wanted, is modelled)")
         return _ORIG_WORLD
     return me.face.c10d.world
 

@@ -766,6 +766,77 @@ def _refused(what, why="is not modelled by simdist"):
     return refuse
 
 
+class _CudaError(int):
+    """torch.cuda.cudart().cudaError: pybind's enum of cudaError_t, of which torch binds only `success`
+    (torch/csrc/cuda/shared/cudart.cpp); the functions return error codes as its values."""
+    _names = {0: "success", 712: "cudaErrorHostMemoryAlreadyRegistered", 713: "cudaErrorHostMemoryNotRegistered"}
+
+    @property
+    def value(self):
+        return int(self)
+
+    @property
+    def name(self):
+        return self._names.get(int(self), str(int(self)))
+
+    def __repr__(self):
+        return f"<cudaError.{self.name}: {int(self)}>"
+
+
+_CUDA_ERROR_STRINGS = {0: "no error", 712: "part or all of the requested memory range is already mapped",
+                       713: "pointer does not correspond to a registered memory region"}
+
+
+class _Cudart:
+    """torch.cuda.cudart() during a run: the libcudart bindings torch exposes (torch/csrc/cuda/shared/cudart.cpp
+    initCudartBindings). cudaHostRegister / cudaHostUnregister page-lock a host range for the rank (its CPU tensors
+    there are pinned: torch.distributed.checkpoint's stager pins its staging storages so, torch/cuda/
+    _pin_memory_utils.py); cudaProfilerStart / Stop have no profiler to start and return success; cudaMemGetInfo
+    answers as torch.cuda.mem_get_info; cudaGetErrorString names the codes these return. Raw stream handles
+    (cudaStreamCreate / cudaStreamDestroy) are refused by name."""
+
+    class cudaError:
+        success = _CudaError(0)
+
+    @staticmethod
+    def cudaGetErrorString(error):
+        return _CUDA_ERROR_STRINGS.get(int(error), "unrecognized error code")
+
+    @staticmethod
+    def cudaProfilerStart():
+        _rank()
+        return _CudaError(0)
+
+    @staticmethod
+    def cudaProfilerStop():
+        _rank()
+        return _CudaError(0)
+
+    @staticmethod
+    def cudaHostRegister(ptr, size, flags):
+        return _CudaError(_rank().host_memory.host_register(int(ptr), int(size)))
+
+    @staticmethod
+    def cudaHostUnregister(ptr):
+        return _CudaError(_rank().host_memory.host_unregister(int(ptr)))
+
+    @staticmethod
+    def cudaMemGetInfo(device):
+        return mem_get_info(device)
+
+    cudaStreamCreate = staticmethod(_refused("torch.cuda.cudart().cudaStreamCreate (a raw cudaStream_t)"))
+    cudaStreamDestroy = staticmethod(_refused("torch.cuda.cudart().cudaStreamDestroy (a raw cudaStream_t)"))
+
+
+_CUDART = _Cudart()
+
+
+def cudart():
+    """torch.cuda.cudart(): initializes CUDA (torch/cuda/__init__.py: _lazy_init()) and returns the bindings."""
+    lazy_init()
+    return _CUDART
+
+
 class ExternalStream:
     """torch.cuda.ExternalStream(stream_ptr): a cudaStream_t made outside torch; a simulated world has none."""
 
@@ -882,7 +953,7 @@ def cuda_patches():
         get_device_properties=get_device_properties, get_device_name=get_device_name,
         get_device_capability=get_device_capability, is_bf16_supported=is_bf16_supported,
         manual_seed=manual_seed, manual_seed_all=manual_seed_all, _lazy_init=lazy_init, init=lazy_init,
-        is_initialized=is_initialized, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
+        is_initialized=is_initialized, cudart=cudart, ipc_collect=_noop, get_rng_state=get_rng_state, set_rng_state=set_rng_state,
         get_rng_state_all=get_rng_state_all, set_rng_state_all=set_rng_state_all, initial_seed=initial_seed,
         seed=seed, seed_all=seed_all, default_generators=_DefaultGenerators(), memory_stats=memory_stats,
         memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
@@ -902,6 +973,16 @@ def cuda_patches():
     # that compares it: `cudnn.version() >= 8000` is a TypeError); the kernels simdist runs stay its own
     out += [(torch.backends.cudnn, "is_available", _true), (torch.backends.cudnn, "version", _cudnn_version),
             (torch._C, "_cuda_canDeviceAccessPeer", _can_device_access_peer)]
+    # a CUDA build's is_built() (torch._C._has_cuda): libraries gate CUDA paths on it; the rest of torch.cuda's
+    # surface that a CPU build lacks is modelled or refused by name, never a raw AttributeError
+    out += [(torch.backends.cuda, "is_built", _true),
+            (torch._C, "_cuda_cudaCachingAllocator_enable", _caching_allocator_enable),
+            (torch._C, "_cuda_cudaCachingAllocator_is_enabled", _true),
+            (c, "check_error", _check_error),
+            (c, "get_stream_from_external", _refused("torch.cuda.get_stream_from_external (a CUDA stream made "
+                                                     "outside torch, from a raw cudaStream_t)")),
+            (c, "current_solver_handle", _refused("torch.cuda.current_solver_handle (a raw cuSOLVER handle)"))]
+    out += [(torch._C, f"_cuda_tunableop_{n}", _tunableop(n)) for n in _TUNABLEOP_BINDINGS]
     import torch.cuda.jiterator as _jiterator
     out += [(_jiterator, n, _refused(f"torch.cuda.jiterator.{n} (a CUDA kernel compiled from C++ source)"))
             for n in ("_create_jit_fn", "_create_multi_output_jit_fn") if hasattr(_jiterator, n)]
@@ -976,6 +1057,54 @@ def _true():
 
 def _cudnn_version():
     return CUDNN_VERSION
+
+
+def _caching_allocator_enable(value=True):
+    """torch._C._cuda_cudaCachingAllocator_enable, behind torch.cuda.memory.caching_allocator_enable(value) and
+    caching_allocator_disabled() (torch/cuda/memory.py): True keeps the caching allocator (simdist's only one);
+    False makes every later allocation a cudaMalloc and every free a cudaFree, which waits for the device
+    (c10/cuda/CUDACachingAllocator.cpp, as PYTORCH_NO_CUDA_MEMORY_CACHING, notes c8): not modelled, refused by
+    name (the CPU build raised a raw AttributeError for both)."""
+    _rank()
+    if not value:
+        raise UnsupportedOperation(
+            "torch.cuda.memory.caching_allocator_enable(False) / caching_allocator_disabled() (the uncached "
+            "allocator: a cudaMalloc per tensor, a cudaFree that synchronizes the device at every free) is not "
+            "modelled by simdist")
+
+
+def _tunableop(name):
+    """torch.cuda.tunable's bindings (torch/cuda/tunable.py -> torch._C._cuda_tunableop_*): TunableOp is off
+    unless enabled (aten/src/ATen/cuda/tunable/Tunable.cpp TuningContext), and with it on a GEMM's implementation
+    is chosen by timing candidates on the device, which simdist does not model: is_enabled() answers False and
+    enable(False) is accepted; enable(True) and every other setting or query are refused by name (the CPU build
+    raised a raw AttributeError)."""
+    if name == "is_enabled":
+        return lambda: False
+
+    def call(*args, **kwargs):
+        if name == "enable" and not (args[0] if args else kwargs.get("val", True)):
+            return None
+        raise UnsupportedOperation(f"torch.cuda.tunable.{name} (TunableOp: GEMM implementations chosen by timing "
+                                   f"on the device) is not modelled by simdist")
+    call.__name__ = name
+    return call
+
+
+_TUNABLEOP_BINDINGS = ("enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "get_filename", "set_filename",
+                       "get_max_tuning_duration", "set_max_tuning_duration", "get_max_tuning_iterations",
+                       "set_max_tuning_iterations", "get_results", "get_validators", "read_file", "write_file",
+                       "write_file_on_exit", "get_rotating_buffer_size", "set_rotating_buffer_size",
+                       "set_numerical_check_tolerances", "record_untuned_enable", "record_untuned_is_enabled")
+
+
+def _check_error(res):
+    """torch.cuda.check_error(res): raises torch.cuda.CudaError(res) unless res is cudaSuccess (torch/cuda/
+    __init__.py); the CPU build's module has no cudart bindings (`_cudart` None: a raw AttributeError)."""
+    if int(res) != 0:
+        e = torch.cuda.CudaError.__new__(torch.cuda.CudaError)
+        RuntimeError.__init__(e, f"{_CUDA_ERROR_STRINGS.get(int(res), 'unrecognized error code')} ({int(res)})")
+        raise e
 
 
 def _can_device_access_peer(device, peer):

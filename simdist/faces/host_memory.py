@@ -33,6 +33,7 @@ class HostMemory:
         self.tensors = {}  # data_ptr -> (op, tensor)
         self.sources = {}  # storage data_ptr -> (op, tensor): pinned sources of async H2D copies not yet waited
         self.pinned = {}  # storage data_ptr -> weakref of a page-locked CPU tensor made in this run
+        self.registered = {}  # start address -> bytes: host ranges page-locked by cudart().cudaHostRegister
 
     def pending(self, op, t):
         if t.numel():
@@ -44,8 +45,28 @@ class HostMemory:
         return t
 
     def is_pinned(self, t):
-        r = self.pinned.get(t.untyped_storage().data_ptr()) if t.device.type == "cpu" else None
-        return r is not None and r() is not None
+        if t.device.type != "cpu":
+            return False
+        ptr = t.untyped_storage().data_ptr()
+        r = self.pinned.get(ptr)
+        if r is not None and r() is not None:
+            return True
+        # torch's is_pinned asks CUDA about the storage's pointer (cudaPointerGetAttributes): memory page-locked
+        # by cudaHostRegister is pinned host memory anywhere in the registered range
+        return any(start <= ptr < start + n for start, n in self.registered.items()) if ptr else False
+
+    # --- cudaHostRegister / cudaHostUnregister (torch.cuda.cudart()) ------
+    def host_register(self, ptr, nbytes):
+        """cudaErrorHostMemoryAlreadyRegistered (712) for memory overlapping a registered range (CUDA Runtime API,
+        cudaHostRegister), else page-locks [ptr, ptr + nbytes): cudaSuccess (0)."""
+        if any(ptr < start + n and start < ptr + nbytes for start, n in self.registered.items()):
+            return 712
+        self.registered[ptr] = nbytes
+        return 0
+
+    def host_unregister(self, ptr):
+        """cudaErrorHostMemoryNotRegistered (713) unless `ptr` starts a registered range."""
+        return 0 if self.registered.pop(ptr, None) is not None else 713
 
     def pending_source(self, op, t):
         """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it."""

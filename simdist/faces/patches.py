@@ -23,12 +23,13 @@ from .accelerator import accelerator_patches
 from .comm import comm_patches, parallel_apply_patches
 from .cuda import cuda_patches, sim_stream
 from .sdpa import sdpa_patches
+from .storage import storage_patches
 from .dispatch import RankMode
 from .host_memory import location_tag_checked, numpy_checked
 from .host_reads import host_elements as _host_elements
 from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
-from .tensor import SimTensor, _load_map_location, _parse_to, tensor_to
+from .tensor import SIM_INTERNALS, TENSOR_DICT, SimTensor, _load_map_location, _parse_to, tensor_to
 
 from .world import process_seed
 _cpu_gen = torch.default_generator
@@ -340,8 +341,9 @@ def _swap_tensors(t1, t2):
                                "places.")
     c1, c2 = t1.__class__, t2.__class__
     t1.__class__, t2.__class__ = c2, c1
-    d1, d2 = t1.__dict__, t2.__dict__
-    t1.__dict__, t2.__dict__ = d2, d1
+    d1, d2 = TENSOR_DICT.__get__(t1), TENSOR_DICT.__get__(t2)  # the whole dicts, simdist's attributes too
+    TENSOR_DICT.__set__(t1, d2)
+    TENSOR_DICT.__set__(t2, d1)
     torch._C._swap_tensor_impl(t1, t2)
     for t in (t1, t2):
         if isinstance(t, SimTensor):
@@ -350,7 +352,7 @@ def _swap_tensors(t1, t2):
 
 
 _TENSOR_DATA = torch._C.TensorBase.data  # torch's own `data` descriptor (set_data)
-_SIM_INTERNALS = frozenset(("_inner", "_dev", "_alloc", "_spec", "_span"))
+_SIM_INTERNALS = SIM_INTERNALS
 
 
 def _tensor_data_get(self):
@@ -629,6 +631,7 @@ def _patch_list():
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
     ]
     items += c10d_patches()
+    items += storage_patches()
     items += sdpa_patches()
     items += _foreach_types_patches()
     if guard.available() and _orig_engine_run_backward is not None:

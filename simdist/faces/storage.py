@@ -8,6 +8,8 @@ unsharded parameters this way).
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from ..engine.context import current_rank
@@ -75,13 +77,62 @@ def check_usable(t):
 
 
 def _refuse_new_storage(args, kwargs):
-    """`type(storage)(n, device=...)` of a simulated tensor's storage: a new storage made from its type, as
-    torch.distributed.checkpoint's staging does for async_save (_state_dict_stager.py _stage_untyped_storage:
-    a CPU storage, pinned, filled by `copy_(storage, non_blocking=...)`). Not modelled: refused by name."""
+    """`type(storage)(...)` of a simulated tensor's storage with arguments other than a size and a device (a
+    sequence of bytes, a filename, ...): not modelled, refused by name."""
     raise UnsupportedOperation(
-        "a new storage made from a simulated CUDA tensor's storage type (type(t.untyped_storage())(n, device=...), "
-        "as torch.distributed.checkpoint.async_save's state-dict stager does to stage tensors into pinned host "
-        "memory) is not modelled by simdist; dcp.save, or staging with t.to('cpu') before async_save, is")
+        "a new storage made from a simulated CUDA tensor's storage type with these arguments "
+        f"({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])}) is not modelled by simdist; "
+        "type(t.untyped_storage())(nbytes, device=...) is (a new storage of that many bytes on that device)")
+
+
+def _new_storage(nbytes, device=None):
+    """`type(t.untyped_storage())(nbytes, device=...)` of a simulated tensor, as torch.distributed.checkpoint's
+    state-dict stager does (_state_dict_stager.py _stage_untyped_storage: `type(storage)(storage.size(),
+    device="cpu")`): the type is torch.UntypedStorage on a GPU, whose constructor makes `nbytes` bytes on `device`
+    (CPU when none is given: torch/csrc/Storage.cpp THPStorage_pynew) from that device's allocator. A CPU device gives
+    torch's own CPU storage; a CUDA device gives a simulated storage of a block from the caching allocator on the
+    current stream, as torch.empty(nbytes, dtype=torch.uint8, device=device) takes it."""
+    dev = torch.device("cpu" if device is None else device)
+    if dev.type == "cpu":
+        return torch.UntypedStorage(nbytes)
+    if dev.type != "cuda":
+        raise UnsupportedOperation(f"a new storage on {dev} made from a simulated CUDA tensor's storage type is not "
+                                   "modelled by simdist (CPU and CUDA devices are)")
+    return torch.empty(nbytes, dtype=torch.uint8, device=dev).untyped_storage()
+
+
+def _byte_view(storage):
+    """at::storage_copy's view of a storage: a 1-D uint8 tensor of all its bytes (aten/src/ATen/StorageUtils.cpp:
+    `at::empty({0}, options.dtype(kByte)).set_(storage)`)."""
+    if isinstance(storage, SimStorage):
+        return storage._as_source(torch.uint8)
+    if isinstance(storage, SimTypedStorage):
+        return storage.untyped()._as_source(torch.uint8)
+    if isinstance(storage, torch.TypedStorage):
+        storage = storage.untyped()
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+_orig_storage_copy = torch.UntypedStorage.copy_
+
+
+def storage_copy(dst, src, non_blocking=None):
+    """UntypedStorage.copy_(src, non_blocking=False) where either storage is a simulated CUDA tensor's: torch checks
+    the sizes ("size does not match, self was N bytes but src was M bytes": torch/csrc/StorageMethods.cpp
+    THPStorage_copy_) and copies as at::storage_copy does (aten/src/ATen/StorageUtils.cpp: a uint8 tensor viewing
+    each storage, `dst_t.copy_(src_t, non_blocking)`), so the copy is the tensor copy a GPU runs: device-to-host into
+    pinned memory asynchronous with non_blocking, synchronous otherwise. Storages of torch's own are torch's."""
+    if not isinstance(dst, (SimStorage, SimTypedStorage)) and not isinstance(src, (SimStorage, SimTypedStorage)):
+        return _orig_storage_copy(dst, src) if non_blocking is None else _orig_storage_copy(dst, src, non_blocking)
+    if dst.nbytes() != src.nbytes():
+        raise RuntimeError(f"size does not match, self was {dst.nbytes()} bytes but src was {src.nbytes()} bytes")
+    _byte_view(dst).copy_(_byte_view(src), non_blocking=bool(non_blocking))
+    return dst
+
+
+def storage_patches():
+    """(owner, attribute, replacement): torch's CPU storages' copy_ takes a simulated storage as its source."""
+    return [(torch.UntypedStorage, "copy_", storage_copy)]
 
 
 class SimStorage:
@@ -90,21 +141,40 @@ class SimStorage:
     smaller size, every tensor viewing the storage moved along; resize_(0) frees them, as FSDP2 does between
     steps). Other UntypedStorage methods are refused by name (UnsupportedOperation)."""
 
-    def __init__(self, t=None, *args, **kwargs):
-        if args or kwargs or not hasattr(t, "_alloc"):
-            _refuse_new_storage(args, kwargs)
-        self._tensor = t
+    def __new__(cls, t=None, *args, **kwargs):
+        """`type(storage)(nbytes, device=...)`: a new storage, as torch.UntypedStorage's constructor makes it."""
+        if isinstance(t, int) and not isinstance(t, bool) and not args and set(kwargs) <= {"device"}:
+            return _new_storage(t, kwargs.get("device"))
+        _refuse_new_storage((t, *args) if t is not None else args, kwargs)
 
     @classmethod
-    def _new_shared(cls, *args, **kwargs):
-        _refuse_new_storage(args, kwargs)
+    def _of(cls, alloc, dev):
+        s = object.__new__(cls)
+        s._alloc = alloc  # holds the bytes, as a storage keeps its memory alive
+        s._dev = dev
+        return s
+
+    @classmethod
+    def _new_shared(cls, size, *, device="cpu"):
+        """torch/storage.py _StorageBase._new_shared: a CPU storage in shared memory (torch's own, made as torch
+        makes it), or on another device the constructor's storage."""
+        if torch.device(device).type == "cpu":
+            return torch.UntypedStorage._new_shared(size, device="cpu")
+        return _new_storage(size, device)
+
+    def copy_(self, src, non_blocking=None):
+        return storage_copy(self, src, non_blocking)
+
+    def _fix_weakref(self):
+        """torch.utils.weak's WeakIdRef calls it on what a weak reference gives back (the PyObject resurrection of
+        torch's C++ storages); a simulated storage is a plain Python object: nothing to fix."""
 
     @property
     def device(self):
-        return self._tensor.device
+        return self._dev.torch_device
 
     def size(self):
-        return self._tensor._alloc.nbytes
+        return self._alloc.nbytes
 
     nbytes = size
 
@@ -115,14 +185,14 @@ class SimStorage:
         return 1
 
     def data_ptr(self):
-        a = self._tensor._alloc
+        a = self._alloc
         blk = a.block
         if blk is None or not a.nbytes:
             return 0  # the caching allocator gives no memory (a null pointer) for 0 bytes
-        return 0x7F00_0000_0000 + (self._tensor._dev.index << 40) + (blk.segment.id << 28) + blk.offset
+        return 0x7F00_0000_0000 + (self._dev.index << 40) + (blk.segment.id << 28) + blk.offset
 
     def resize_(self, nbytes):
-        resize_storage(self._tensor, int(nbytes))
+        resize_storage(self, int(nbytes))  # (it needs the allocation and device, which a storage has)
         return self
 
     @property
@@ -146,7 +216,7 @@ class SimStorage:
         these bytes so (the whole storage, 1-D, without an offset; contiguous strides without a stride). As
         torch's set_, the storage grows when the view reaches past its end (set_storage_*_: resize_impl)."""
         from .tensor import SimTensor
-        t = self._tensor
+        t = self
         if offset is None:
             offset, size, stride = 0, (self.nbytes() // dtype.itemsize,), (1,)
         else:
@@ -163,10 +233,10 @@ class SimStorage:
         return SimTensor(view_bytes(alloc, tuple(size), tuple(stride), dtype, offset), t._dev, alloc)
 
     def __eq__(self, other):
-        return isinstance(other, SimStorage) and other._tensor._alloc is self._tensor._alloc
+        return isinstance(other, SimStorage) and other._alloc is self._alloc
 
     def __hash__(self):
-        return id(self._tensor._alloc)
+        return id(self._alloc)
 
     def __repr__(self):
         return f"<simdist storage of {self.size()} bytes on {self.device}>"
@@ -263,4 +333,28 @@ class SimTypedStorage:
         _refuse_unmodelled(type(self).__name__, torch.TypedStorage, name)
 
 
-set_storage_class(SimStorage)
+_live_storages = weakref.WeakKeyDictionary()  # Allocation -> weakref of its SimStorage
+
+
+def storage_of(t):
+    """Tensor.untyped_storage() of a simulated tensor: one storage object per allocation for as long as it is
+    referenced. torch preserves a storage's Python object while the storage lives (torch/csrc/Storage.cpp
+    THPStorage_Wrap returns the StorageImpl's own PyObject), so every view of the same bytes gives the same object
+    and its id() names the storage: torch.distributed.checkpoint's stager staged a storage once per id()
+    (_state_dict_stager.py _offload_tensor: `storage_id = id(untyped_storage)`, memo), which with a new object per
+    call gave a recycled id() to another storage and staged that storage's bytes in its place. The tensor that
+    asked keeps the object alive (a stager's memo keeps the tensor)."""
+    alloc = t._alloc
+    s = getattr(t, "_storage", None)
+    if s is not None and s._alloc is alloc:
+        return s
+    r = _live_storages.get(alloc)
+    s = r() if r is not None else None
+    if s is None:
+        s = SimStorage._of(alloc, t._dev)
+        _live_storages[alloc] = weakref.ref(s)
+    t._storage = s
+    return s
+
+
+set_storage_class(storage_of)

@@ -20,6 +20,75 @@ from ..engine.errors import UnsupportedOperation
 from . import guard
 
 _ref = weakref.ref
+
+TENSOR_DICT = torch.Tensor.__dict__["__dict__"]  # torch.Tensor's own instance-dictionary descriptor
+SIM_INTERNALS = frozenset(("_inner", "_dev", "_alloc", "_spec", "_span", "_storage"))  # a SimTensor's own
+
+
+class _AttributeDict(dict):
+    """`t.__dict__` of a simulated tensor: the Python attributes the program or torch gave it (a GPU tensor's
+    `__dict__` is empty until then), without simdist's own (SIM_INTERNALS), which code walking a tensor's
+    attributes would otherwise copy (torch.distributed.checkpoint's stager deep-copies `x.__dict__`,
+    _state_dict_stager.py _offload_tensor). A dict of them at the time it was read; writes through it reach the
+    tensor. Copied or pickled, it is a plain dict."""
+    __slots__ = ("_real",)
+
+    def __init__(self, real):
+        dict.__init__(self, ((k, v) for k, v in real.items() if k not in SIM_INTERNALS))
+        self._real = real
+
+    def __setitem__(self, k, v):
+        dict.__setitem__(self, k, v)
+        self._real[k] = v
+
+    def __delitem__(self, k):
+        dict.__delitem__(self, k)
+        del self._real[k]
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def setdefault(self, k, default=None):
+        if k not in self:
+            self[k] = default
+        return self[k]
+
+    def pop(self, k, *default):
+        if k in self:
+            v = self[k]
+            del self[k]
+            return v
+        if default:
+            return default[0]
+        raise KeyError(k)
+
+    def popitem(self):
+        k, v = dict.popitem(self)
+        del self._real[k]
+        return k, v
+
+    def clear(self):
+        for k in list(self):
+            del self[k]
+
+    def __reduce_ex__(self, proto):
+        return (dict, (dict(self),))
+
+    def __copy__(self):
+        return dict(self)
+
+
+def _get_attribute_dict(self):
+    return _AttributeDict(TENSOR_DICT.__get__(self))
+
+
+def _set_attribute_dict(self, attrs):
+    """`t.__dict__ = d`: the program's attributes become d's; simdist's own stay."""
+    real = TENSOR_DICT.__get__(self)
+    new = dict(attrs)
+    new.update((k, real[k]) for k in SIM_INTERNALS if k in real)
+    TENSOR_DICT.__set__(self, new)
 _router = None  # dispatch_outside of simdist/faces/dispatch.py: where ops on simulated tensors go
 
 
@@ -86,6 +155,7 @@ class SimTensor(torch.Tensor):
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+    __dict__ = property(_get_attribute_dict, _set_attribute_dict)  # the program's attributes, not simdist's
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):

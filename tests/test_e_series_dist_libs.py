@@ -1,0 +1,164 @@
+"""Rules found by running torch's own distributed libraries under simdist (e-series, notes e1-e4): the storage
+operations torch.distributed.checkpoint's stager uses, storage identity, a tensor's attribute dictionary,
+torch.cuda.cudart(), and torch.distributed in a host thread the program started."""
+import copy
+import threading
+
+import pytest
+import torch
+
+import simdist
+from simdist import UnsupportedOperation
+
+
+def test_a_storage_made_from_a_cuda_storages_type_and_copied_is_torchs_storage_copy():
+    """`type(s)(n, device=...)` is torch.UntypedStorage's constructor on a GPU (torch/csrc/Storage.cpp
+    THPStorage_pynew: n bytes on that device) and `dst.copy_(src, non_blocking)` is at::storage_copy
+    (aten/src/ATen/StorageUtils.cpp: a uint8 tensor viewing each storage, `dst_t.copy_(src_t, non_blocking)`),
+    after THPStorage_copy_'s size check. So a device-to-host storage copy into pinned memory with non_blocking is
+    asynchronous (a host read before a synchronize is a host-read hazard) and one without is synchronous.
+    simdist refused the constructor (u12) and had no storage copy_ (notes e1)."""
+    def fn():
+        w = torch.arange(8, dtype=torch.float32, device="cuda") * 3
+        s = w.untyped_storage()
+        host = type(s)(s.size(), device="cpu")
+        assert type(host) is torch.UntypedStorage and host.device.type == "cpu"
+        host.copy_(s)                                      # synchronous: the values are there
+        first = torch.empty(0).set_(host).tolist()
+        dev = type(s)(s.size(), device="cuda")
+        assert dev.device == w.device and dev.nbytes() == s.nbytes()
+        dev.copy_(host)                                    # host to device, then back through a tensor
+        back = torch.empty(0, device="cuda").set_(dev).cpu().tolist()
+        try:
+            host.copy_(type(s)(4, device="cpu"))
+        except RuntimeError as e:
+            msg = str(e)
+        return first, back, msg
+
+    (first, back, msg), = simdist.run(fn).returns
+    assert first == back == [3.0 * i for i in range(8)]
+    assert msg == "size does not match, self was 32 bytes but src was 4 bytes"
+
+
+def _pinned_stage(sync):
+    def fn():
+        w = torch.ones(256, device="cuda")
+        w.mul_(2)
+        s = w.untyped_storage()
+        host = type(s)(s.size(), device="cpu")
+        assert int(torch.cuda.cudart().cudaHostRegister(host.data_ptr(), host.nbytes(), 1)) == 0
+        t = torch.empty(0).set_(host)
+        assert t.is_pinned()
+        host.copy_(s, non_blocking=True)                   # into pinned memory: asynchronous
+        if sync:
+            torch.cuda.synchronize()
+        return t.sum().item()
+    return fn
+
+
+def test_a_non_blocking_storage_copy_into_registered_pinned_memory_is_asynchronous():
+    """cudaHostRegister page-locks the range (torch/cuda/_pin_memory_utils.py pin_memory, as the DCP stager pins its
+    staging storages): a non_blocking device-to-host copy into it returns at once, so reading it before a
+    synchronize races the copy; after torch.cuda.synchronize() it is clean and holds the values."""
+    bad = simdist.run(_pinned_stage(False), seed=0)
+    assert any(h.kind == "host-read" for h in bad.hazards), bad.report()
+    good = simdist.run(_pinned_stage(True), seed=0)
+    assert not good.hazards and good.returns == [512.0]
+
+
+def test_one_storage_object_per_allocation_as_torch_preserves_it():
+    """torch keeps a storage's Python object while the storage lives (torch/csrc/Storage.cpp THPStorage_Wrap), so
+    views of the same bytes give the same object and id() names a storage; torch's DCP stager relies on it
+    (_state_dict_stager.py _offload_tensor: memo by `id(untyped_storage)`). simdist made a new object per call,
+    whose recycled id() made the stager stage another tensor's bytes in place of a tensor's (silent wrong values,
+    notes e2)."""
+    from torch.distributed.checkpoint._state_dict_stager import StateDictStager
+
+    def fn():
+        ts = [torch.full((4,), float(i), device="cuda") for i in range(6)]
+        w = torch.arange(6.0, device="cuda")
+        same = w.untyped_storage() is w.untyped_storage() is w[2:].untyped_storage()
+        distinct = len({id(t.untyped_storage()) for t in ts}) == len(ts)
+        sd = {"flat": ts[:3], "nested": {"a": ts[3], "b": [ts[4], ts[5]]}, "w": w, "v": w[2:5]}
+        out = StateDictStager().stage(sd)
+        got = [x.tolist() for x in out["flat"]] + [out["nested"]["a"].tolist()] + \
+              [x.tolist() for x in out["nested"]["b"]]
+        shared = out["v"].untyped_storage().data_ptr() == out["w"].untyped_storage().data_ptr()
+        return same, distinct, got, out["v"].tolist(), shared
+
+    same, distinct, got, v, shared = simdist.run(fn).returns[0]
+    assert same and distinct
+    assert got == [[float(i)] * 4 for i in range(6)]
+    assert v == [2.0, 3.0, 4.0] and shared           # a view stays a view of the one staged storage
+
+
+def test_a_tensors_attribute_dict_holds_only_what_the_program_set():
+    """A GPU tensor's `__dict__` is empty until the program (or torch) sets an attribute; code walking it (the DCP
+    stager copies `x.__dict__` into the staged tensor) saw simdist's internals and died pickling its TCPStore
+    (notes e1). Writes through `t.__dict__` reach the tensor; copies of it are plain dicts."""
+    def fn():
+        t = torch.ones(2, device="cuda")
+        empty = dict(vars(t))
+        t.tag = "x"
+        t.__dict__["other"] = 3
+        d = copy.deepcopy(t.__dict__)
+        t.__dict__ = {"tag": "y"}
+        return empty, d, type(d) is dict, t.tag, hasattr(t, "other"), (t * 2).tolist()
+
+    assert simdist.run(fn).returns == [({}, {"tag": "x", "other": 3}, True, "y", False, [2.0, 2.0])]
+
+
+def test_cudart_is_torchs_libcudart_bindings():
+    """torch.cuda.cudart() (torch/csrc/cuda/shared/cudart.cpp initCudartBindings) returned None (a CPU build's
+    torch.cuda._cudart), so `cudart().cudaProfilerStart()` died with AttributeError (notes e4). Now: the profiler
+    calls return success, cudaHostRegister / cudaHostUnregister give CUDA's codes (712 already registered, 713 not
+    registered), raw stream handles are refused by name."""
+    def fn():
+        rt = torch.cuda.cudart()
+        buf = torch.empty(64)
+        codes = [int(rt.cudaProfilerStart()), int(rt.cudaProfilerStop()),
+                 int(rt.cudaHostRegister(buf.data_ptr(), 256, 0)), int(rt.cudaHostRegister(buf.data_ptr(), 256, 0)),
+                 buf.is_pinned(), int(rt.cudaHostUnregister(buf.data_ptr())),
+                 int(rt.cudaHostUnregister(buf.data_ptr())), buf.is_pinned()]
+        assert rt.cudaError.success == 0 and rt.cudaGetErrorString(rt.cudaError.success) == "no error"
+        try:
+            rt.cudaStreamCreate(0)
+        except UnsupportedOperation:
+            codes.append("refused")
+        return codes
+
+    assert simdist.run(fn).returns == [[0, 0, 0, 712, True, 0, 713, False, "refused"]]
+
+
+def test_torch_distributed_in_a_host_thread_the_program_started_is_refused_by_name(tmp_path):
+    """c10d's registry is a module global: on a GPU a program's own thread sees the process's torch.distributed.
+    simdist answered from c10d's own, empty registry there, so torch.distributed.checkpoint.async_save's writer
+    thread (_async_thread_executor.py save_wrapper -> save: `no_dist = ... not dist.is_initialized()`) saved as a
+    single process (notes e3). Its process groups run only in a rank's thread: refused by name. Staging by
+    DefaultStager(use_async_staging=False) in the rank's thread, then dcp.save, is modelled."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    def asked_in_thread():
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        out = {}
+
+        def worker():
+            try:
+                out["init"] = dist.is_initialized()
+            except UnsupportedOperation as e:
+                out["init"] = "host thread" in str(e)
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        return out["init"], dist.is_initialized()
+
+    assert simdist.run(asked_in_thread, world_size=2, torchrun=True).returns == [(True, True)] * 2
+
+    def async_save():
+        dist.init_process_group("cpu:gloo,cuda:nccl")
+        sd = {f"w{dist.get_rank()}": torch.arange(8, dtype=torch.float32, device="cuda")}
+        dcp.async_save(sd, checkpoint_id=str(tmp_path)).result()
+
+    with pytest.raises(UnsupportedOperation, match="AsyncCheckpointExecutor"):
+        simdist.run(async_save, world_size=2, torchrun=True)
