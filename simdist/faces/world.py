@@ -48,6 +48,12 @@ def _name_device(device):
                 "PYTORCH_NO_CUDA_MEMORY_CACHING is set: the uncached allocator (a cudaMalloc per tensor, a cudaFree "
                 "that synchronizes the device at every free, no memory statistics) is not modelled by simdist; "
                 "unset it (cuda-memcheck's reason for it does not apply here)")
+        if os.environ.get("PYTORCH_TUNABLEOP_ENABLED") == "1":
+            # aten/src/ATen/cuda/tunable/Tunable.cpp TuningContext::IsTunableOpEnabled: "1" turns TunableOp on,
+            # which picks each GEMM's implementation by timing candidates on the device (torch.cuda.tunable)
+            raise UnsupportedOperation(
+                "PYTORCH_TUNABLEOP_ENABLED=1: TunableOp (GEMM implementations chosen by timing on the device) is "
+                "not modelled by simdist; unset it")
     device.memory.expandable = expandable_segments(owner)  # the allocator settings as the device's allocator starts
     # every CUDA generator of a fresh process starts from c10's default_rng_seed_val, on every rank, unless a
     # seeding call made before CUDA was initialized is pending (simdist/faces/cuda.py manual_seed)

@@ -1,0 +1,121 @@
+"""torch.cuda's whole public surface under simdist: each function either works as on a GPU or raises simdist's
+UnsupportedOperation naming itself; never the CPU build's raw errors (AttributeError for a missing torch._C._cuda_*
+binding, "Torch not compiled with CUDA enabled"), which name no reason and which a user of a real GPU never sees.
+The surface is enumerated, not listed, so a function torch adds is checked the day it appears."""
+import inspect
+import types
+import warnings
+
+import pytest
+import torch
+
+import simdist
+from simdist import UnsupportedOperation
+
+MODULES = ("torch.cuda", "torch.cuda.memory", "torch.cuda.random", "torch.cuda.tunable")
+NOT_FUNCTIONS = {"Optional", "Literal", "lru_cache", "classproperty", "cast", "signature", "deprecated", "overload"}
+# answers a GPU machine gives too when nvidia-ml-py is not installed (torch/cuda/__init__.py _get_pynvml_handler)
+NVML = ("nvidia-ml-py does not seem to be installed", "pynvml")
+
+
+def _callables():
+    import importlib
+    out = []
+    for modname in MODULES:
+        mod = importlib.import_module(modname)
+        for name in sorted(dir(mod)):
+            obj = getattr(mod, name)
+            if (name.startswith("_") or name in NOT_FUNCTIONS or isinstance(obj, types.ModuleType)
+                    or inspect.isclass(obj) or not callable(obj)):
+                continue
+            try:
+                params = inspect.signature(obj).parameters.values()
+            except (TypeError, ValueError):
+                continue
+            if any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+                continue  # needs arguments: the rule tests call those
+            out.append((modname, name))
+    return out
+
+
+def test_every_argument_free_torch_cuda_function_works_or_is_refused_by_name():
+    names = _callables()
+    assert len(names) > 60  # the enumeration found torch.cuda's surface
+
+    def fn():
+        import importlib
+        got = {}
+        for modname, name in names:
+            f = getattr(importlib.import_module(modname), name)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    r = f()
+                    if hasattr(r, "__enter__") and hasattr(r, "__exit__"):  # a context manager: enter it
+                        with r:
+                            torch.ones(4, device="cuda").sum()
+                    got[f"{modname}.{name}"] = "ok"
+                except UnsupportedOperation:
+                    got[f"{modname}.{name}"] = "refused"
+                except ModuleNotFoundError as e:
+                    got[f"{modname}.{name}"] = "nvml" if any(s in str(e) for s in NVML) else f"raw {e!r}"
+                except Exception as e:  # noqa: BLE001 - what the test is about
+                    got[f"{modname}.{name}"] = f"raw {type(e).__name__}: {e}"
+        return got
+
+    got = simdist.run(fn).returns[0]
+    raw = {k: v for k, v in got.items() if v.startswith("raw")}
+    assert not raw, raw
+    # what a GPU answers, for the ones simdist models
+    assert got["torch.cuda.is_available"] == got["torch.cuda.synchronize"] == "ok"
+    assert got["torch.cuda.memory.caching_allocator_disabled"] == "refused"
+    assert got["torch.cuda.tunable.is_enabled"] == "ok"
+
+
+def test_caching_allocator_switch_and_tunableop_answer_as_a_gpu_or_are_refused():
+    """torch.cuda.memory.caching_allocator_enable(True) keeps the caching allocator (a no-op); False and
+    caching_allocator_disabled() would give the uncached allocator (every free a synchronizing cudaFree:
+    c10/cuda/CUDACachingAllocator.cpp), refused as PYTORCH_NO_CUDA_MEMORY_CACHING is (notes c8). TunableOp is off
+    by default (aten/src/ATen/cuda/tunable/Tunable.cpp), so tunable.is_enabled() is False and enable(False) is
+    accepted; enable(True) and PYTORCH_TUNABLEOP_ENABLED=1 (GEMMs chosen by timing on the device) are refused.
+    torch.backends.cuda.is_built() is True as on a CUDA build; before CUDA is initialized caching_allocator_enable
+    does nothing (torch/cuda/memory.py: `if is_initialized()`); check_error(0) passes and check_error(n) raises
+    torch.cuda.CudaError; raw-handle functions are refused by name."""
+    def fn():
+        out = {}
+        torch.cuda.memory.caching_allocator_enable(False)  # before CUDA's initialization torch does nothing
+        torch.ones(1, device="cuda")
+        torch.cuda.memory.caching_allocator_enable(True)
+        torch.cuda.tunable.enable(False)
+        out["tunable"] = torch.cuda.tunable.is_enabled()
+        out["is_built"] = torch.backends.cuda.is_built()
+        torch.cuda.check_error(0)
+        for name, call in (("enable_false", lambda: torch.cuda.memory.caching_allocator_enable(False)),
+                           ("tunable_on", lambda: torch.cuda.tunable.enable(True)),
+                           ("tuning_duration", lambda: torch.cuda.tunable.set_max_tuning_duration(10)),
+                           ("external", lambda: torch.cuda.get_stream_from_external(1234)),
+                           ("solver", lambda: torch.cuda.current_solver_handle())):
+            try:
+                call()
+                out[name] = "ran"
+            except UnsupportedOperation as e:
+                out[name] = str(e)
+        try:
+            torch.cuda.check_error(2)
+        except torch.cuda.CudaError as e:
+            out["check_error"] = str(e)
+        return out
+    out = simdist.run(fn).returns[0]
+    assert out["tunable"] is False and out["is_built"] is True
+    assert "caching_allocator_enable(False)" in out["enable_false"]
+    assert "torch.cuda.tunable.enable" in out["tunable_on"]
+    assert "set_max_tuning_duration" in out["tuning_duration"]
+    assert "get_stream_from_external" in out["external"] and "cuSOLVER" in out["solver"]
+    assert out["check_error"].endswith("(2)")
+    assert torch.backends.cuda.is_built() is False  # undone after the run (the CPU build here)
+
+
+def test_tunableop_enabled_by_the_environment_is_refused(monkeypatch):
+    monkeypatch.setenv("PYTORCH_TUNABLEOP_ENABLED", "1")
+    with pytest.raises(UnsupportedOperation, match="PYTORCH_TUNABLEOP_ENABLED"):
+        simdist.run(lambda: torch.ones(2, device="cuda").sum().item())
