@@ -983,16 +983,6 @@ def cuda_patches():
                                                      "outside torch, from a raw cudaStream_t)")),
             (c, "current_solver_handle", _refused("torch.cuda.current_solver_handle (a raw cuSOLVER handle)"))]
     out += [(torch._C, binding, _tunableop(name)) for binding, name in _tunableop_bindings()]
-    # a CUDA build's is_built() (torch._C._has_cuda): libraries gate CUDA paths on it; the rest of torch.cuda's
-    # surface that a CPU build lacks is modelled or refused by name, never a raw AttributeError
-    out += [(torch.backends.cuda, "is_built", _true),
-            (torch._C, "_cuda_cudaCachingAllocator_enable", _caching_allocator_enable),
-            (torch._C, "_cuda_cudaCachingAllocator_is_enabled", _true),
-            (c, "check_error", _check_error),
-            (c, "get_stream_from_external", _refused("torch.cuda.get_stream_from_external (a CUDA stream made "
-                                                     "outside torch, from a raw cudaStream_t)")),
-            (c, "current_solver_handle", _refused("torch.cuda.current_solver_handle (a raw cuSOLVER handle)"))]
-    out += [(torch._C, f"_cuda_tunableop_{n}", _tunableop(n)) for n in _TUNABLEOP_BINDINGS]
     import torch.cuda.jiterator as _jiterator
     out += [(_jiterator, n, _refused(f"torch.cuda.jiterator.{n} (a CUDA kernel compiled from C++ source)"))
             for n in ("_create_jit_fn", "_create_multi_output_jit_fn") if hasattr(_jiterator, n)]
@@ -1067,54 +1057,6 @@ def _true():
 
 def _cudnn_version():
     return CUDNN_VERSION
-
-
-def _caching_allocator_enable(value=True):
-    """torch._C._cuda_cudaCachingAllocator_enable, behind torch.cuda.memory.caching_allocator_enable(value) and
-    caching_allocator_disabled() (torch/cuda/memory.py): True keeps the caching allocator (simdist's only one);
-    False makes every later allocation a cudaMalloc and every free a cudaFree, which waits for the device
-    (c10/cuda/CUDACachingAllocator.cpp, as PYTORCH_NO_CUDA_MEMORY_CACHING, notes c8): not modelled, refused by
-    name (the CPU build raised a raw AttributeError for both)."""
-    _rank()
-    if not value:
-        raise UnsupportedOperation(
-            "torch.cuda.memory.caching_allocator_enable(False) / caching_allocator_disabled() (the uncached "
-            "allocator: a cudaMalloc per tensor, a cudaFree that synchronizes the device at every free) is not "
-            "modelled by simdist")
-
-
-def _tunableop(name):
-    """torch.cuda.tunable's bindings (torch/cuda/tunable.py -> torch._C._cuda_tunableop_*): TunableOp is off
-    unless enabled (aten/src/ATen/cuda/tunable/Tunable.cpp TuningContext), and with it on a GEMM's implementation
-    is chosen by timing candidates on the device, which simdist does not model: is_enabled() answers False and
-    enable(False) is accepted; enable(True) and every other setting or query are refused by name (the CPU build
-    raised a raw AttributeError)."""
-    if name == "is_enabled":
-        return lambda: False
-
-    def call(*args, **kwargs):
-        if name == "enable" and not (args[0] if args else kwargs.get("val", True)):
-            return None
-        raise UnsupportedOperation(f"torch.cuda.tunable.{name} (TunableOp: GEMM implementations chosen by timing "
-                                   f"on the device) is not modelled by simdist")
-    call.__name__ = name
-    return call
-
-
-_TUNABLEOP_BINDINGS = ("enable", "is_enabled", "tuning_enable", "tuning_is_enabled", "get_filename", "set_filename",
-                       "get_max_tuning_duration", "set_max_tuning_duration", "get_max_tuning_iterations",
-                       "set_max_tuning_iterations", "get_results", "get_validators", "read_file", "write_file",
-                       "write_file_on_exit", "get_rotating_buffer_size", "set_rotating_buffer_size",
-                       "set_numerical_check_tolerances", "record_untuned_enable", "record_untuned_is_enabled")
-
-
-def _check_error(res):
-    """torch.cuda.check_error(res): raises torch.cuda.CudaError(res) unless res is cudaSuccess (torch/cuda/
-    __init__.py); the CPU build's module has no cudart bindings (`_cudart` None: a raw AttributeError)."""
-    if int(res) != 0:
-        e = torch.cuda.CudaError.__new__(torch.cuda.CudaError)
-        RuntimeError.__init__(e, f"{_CUDA_ERROR_STRINGS.get(int(res), 'unrecognized error code')} ({int(res)})")
-        raise e
 
 
 def _caching_allocator_enable(value=True):
