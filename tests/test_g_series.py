@@ -151,3 +151,94 @@ def test_nccl_reduce_writes_only_the_roots_buffer():
     assert not res.hazards, res.report()
     base = torch.arange(6.0)
     assert res.returns == [base.tolist(), (3 * base + 30).tolist(), (base + 20).tolist()]
+
+
+def _future_prog(how):
+    """An async gloo all_reduce whose future user code waits in one of the ways torch offers; `how` ends in
+    ":late" when the host scales the input (and reads the output) before that wait, a race with the worker."""
+    dist.init_process_group("gloo")
+    r = dist.get_rank()
+    t = torch.ones(64) * (r + 1)
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    way, _, late = how.partition(":")
+    seen = []
+    if late:
+        t.mul_(10)  # BUG: the worker may not have read t yet
+    if way == "wait":
+        fut.wait()
+    elif way == "value":
+        fut.value()
+    elif way == "done":
+        assert fut.done()
+    elif way == "wait_all":
+        torch.futures.wait_all([fut])
+    elif way == "collect_all":
+        torch.futures.collect_all([fut]).wait()
+    elif way == "then":
+        fut.then(lambda f: seen.append(f.value()[0].sum().item())).wait()
+    elif way == "then_only":  # the callback is ordered after the work; the host that registered it is not
+        fut.then(lambda f: seen.append(f.value()[0].sum().item()))
+    v = t[0].item()
+    fut.wait()
+    return v, seen
+
+
+FUTURE_WAYS = ["wait", "value", "done", "wait_all", "collect_all", "then"]
+
+
+@pytest.mark.parametrize("how", FUTURE_WAYS)
+def test_a_gloo_future_ends_the_host_watch_when_the_host_observes_it(how):
+    """An async gloo collective's future (ProcessGroupGloo createFutureAsOutput: a CPU future of the outputs) is
+    completed by the worker thread when the work is done (AsyncWork::finishWorkGloo); the host knows the work is
+    done when it waits the future (ivalue::Future::wait blocks on the completion), reads a value it could only read
+    once complete (value(), done() True), waits it among others (torch.futures.wait_all / collect_all), or in a
+    then() callback, which runs after the completion. Before that, a host write of the input or read of the output
+    races the worker (as with Work.wait, notes c7). simdist ended the watch when get_future() was called: every
+    `t.mul_(...)` between get_future() and the wait was a missed race (notes L17)."""
+    ok = simdist.run(_future_prog, world_size=2, args=(how,))
+    assert not ok.hazards, ok.report()
+    assert [v for v, _ in ok.returns] == [3.0, 3.0]
+    late = simdist.run(_future_prog, world_size=2, args=(how + ":late",))
+    assert {h.kind for h in late.hazards} >= {"write-after-read"}, (how, late.report())
+
+
+def test_a_then_callback_is_ordered_after_the_gloo_work_but_the_host_that_registered_it_is_not():
+    """A then() callback runs after the work completes (on the worker thread, or inline when it is already done):
+    its read of the output is ordered; the host that registered it and reads on without waiting is not."""
+    res = simdist.run(_future_prog, world_size=2, args=("then_only",))
+    assert [h.kind for h in res.hazards] == ["host-read"], res.report()
+    assert [s for _, s in res.returns] == [[192.0], [192.0]]
+
+
+def _ddp_gloo(hook, backend):
+    import torch.nn as nn
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group(backend)
+    torch.manual_seed(0)
+    model = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), bucket_cap_mb=0.0001)
+    if hook == "allreduce":
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
+    elif hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for _ in range(3):
+        loss = model(torch.randn(5, 8, generator=g)).square().sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("hook", [None, "allreduce", "fp16"])
+@pytest.mark.parametrize("backend", ["cpu:gloo,cuda:nccl"])  # (plain "gloo": DDP's Logger fails, notes g4)
+def test_ddp_on_gloo_waits_its_futures_in_cpp_and_reports_nothing(hook, backend):
+    """torch DDP's C++ Reducer takes each bucket's future during the backward pass (Work::getFuture, or a comm
+    hook's future) and waits it in C++ (reducer.cpp finalize_backward: `bucket.future_work->wait()`), where simdist
+    cannot see the wait: a future taken during a backward pass ends its host watch at once, so DDP on gloo stays
+    free of false races; the replicas stay equal."""
+    res = simdist.run(_ddp_gloo, world_size=2, args=(hook, backend))
+    assert not res.hazards, res.report()
+    for a, b in zip(*res.returns):
+        assert torch.equal(a, b)

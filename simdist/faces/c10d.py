@@ -272,6 +272,7 @@ class SimWork(dist.Work):
         self._blocking = None  # (end marker, group timeout) under TORCH_NCCL_BLOCKING_WAIT (SimProcessGroup._run)
         self._gloo = None  # an async gloo collective's stand-in op until the host waits for it (_gloo_pending)
         self._flushes = ()  # a gloo barrier's: the group's async gloo works, complete once it is waited
+        self._cpu = False  # a gloo collective's (CPU tensors): its future is a CPU future (_gloo_future)
 
     def wait(self, timeout=None):
         """The current stream waits for the work; the host too for a barrier, or when a timeout is given
@@ -361,7 +362,8 @@ class SimWork(dist.Work):
         a race that needs that wait removed goes unreported)."""
         me = _rank()
         m = self._marker
-        self._gloo_done(me)  # a CPU future: whoever gets it may read the outputs once it is done (never later here)
+        if self._is_gloo():
+            return self._gloo_future(me)
         if not guard.enabled():
             self.wait()
             fut = torch.futures.Future()
@@ -376,6 +378,149 @@ class SimWork(dist.Work):
         with guard_events.completing(dev, m):
             fut.set_result(self.result())
         return fut
+
+
+    def _is_gloo(self):
+        return self._cpu or (bool(self._parts) and all(p._is_gloo() for p in self._parts))
+
+    def _gloo_observed(self, me):
+        """The host has seen the gloo work complete: its host watch ends (the parts' of a coalesced work, and a
+        gloo barrier's flushes, too)."""
+        for p in self._parts:
+            p._gloo_observed(me)
+        self._gloo_done(me)
+        for w in self._flushes:
+            w._gloo_done(me)
+        self._flushes = ()
+
+    def _gloo_future(self, me):
+        """ProcessGroupGloo's future (createFutureAsOutput): a CPU future (no devices) of the outputs, completed by
+        the worker thread when the work is done. simdist's worker ran at once, so the future is complete, but the
+        host knows the work is done only once it observes the future: wait(), value(), a True done(), inside a
+        then() / add_done_callback() callback, torch.futures.wait_all / collect_all (_GlooFuture). A future taken
+        inside a backward pass is torch DDP's C++ Reducer's (or a comm hook's that the Reducer calls): the Reducer
+        waits it in C++ (finalize_backward), where simdist cannot see it, so that watch ends here, at once."""
+        fut = _GlooFuture(self)
+        fut.set_result(self.result())
+        if me.backward_depth or not _gloo_ops(self):
+            self._gloo_observed(me)
+        return fut
+
+
+class _GlooFuture(torch.futures.Future):
+    """The future of an async gloo collective (SimWork._gloo_future): each way the host can learn that the work
+    is done ends the work's host watch; a callback runs as the worker would run it, after the work, but the host
+    that registered it is not thereby ordered after the work (the callback may run later, on the worker thread)."""
+
+    def __init__(self, work):
+        super().__init__()
+        self._simdist_work = work
+
+    def _observed(self):
+        me = current_rank()
+        if me is not None and not getattr(me, "gloo_callbacks", 0):  # (in a callback: its own fut.value())
+            self._simdist_work._gloo_observed(me)
+
+    def wait(self):
+        v = super().wait()
+        self._observed()
+        return v
+
+    def value(self):
+        v = super().value()
+        self._observed()
+        return v
+
+    def done(self):
+        d = super().done()
+        if d:
+            self._observed()
+        return d
+
+    def _ordered(self, callback):
+        """callback, run with the host's clock joined with the work's (undone after it: see the class)."""
+        work = self._simdist_work
+
+        def run(fut):
+            me = current_rank()
+            ops = _gloo_ops(work)
+            if me is None or not ops:
+                return callback(fut)
+            host = me.host
+            before = {op.stream.id: host.vc.get(op.stream.id) for op in ops}
+            host.join_clock({op.stream.id: op.seq for op in ops})
+            me.gloo_callbacks = getattr(me, "gloo_callbacks", 0) + 1
+            try:
+                return callback(fut)
+            finally:
+                me.gloo_callbacks -= 1
+                if _gloo_ops(work):  # the host is not ordered after the work by registering a callback
+                    vc = {k: v for k, v in host.vc.items() if k not in before}
+                    vc.update({k: v for k, v in before.items() if v is not None})
+                    host.vc = vc
+                    for op in ops:  # (the callback's ordered accesses ended the checks' entries: renewed)
+                        _watch(me, op)
+        return run
+
+    def then(self, callback):
+        child = _GlooFuture(self._simdist_work)
+        cb = self._ordered(callback)
+
+        def chain(fut):
+            try:
+                child.set_result(cb(fut))
+            except Exception as e:  # noqa: BLE001 - as ivalue::Future::then: the child future holds the error
+                child.set_exception(e)
+        super().add_done_callback(chain)
+        return child
+
+    def add_done_callback(self, callback):
+        super().add_done_callback(self._ordered(callback))
+
+
+def _gloo_ops(work):
+    ops = [work._gloo] if work._gloo is not None else []
+    for p in work._parts:
+        ops += _gloo_ops(p)
+    return ops
+
+
+_orig_wait_all = torch.futures.wait_all
+_orig_collect_all = torch.futures.collect_all
+
+
+def _wait_all(futures):
+    """torch.futures.wait_all: the host waits every future (the list C++ gives back holds new wrappers, not
+    simdist's, so their wait() is not seen: the gloo futures among them are observed here)."""
+    out = _orig_wait_all(futures)
+    for f in futures:
+        if isinstance(f, _GlooFuture):
+            f._observed()
+    return out
+
+
+def _collect_all(futures):
+    """torch.futures.collect_all: a future complete once all are; observing it observes each gloo future."""
+    gloo = [f for f in futures if isinstance(f, _GlooFuture)]
+    fut = _orig_collect_all(futures)
+    if not gloo:
+        return fut
+    out = _GlooFuture(_Observers(gloo))
+    fut.add_done_callback(lambda f: out.set_result(f.value()))
+    return out
+
+
+class _Observers:
+    """The work-like handle of a collect_all future: observing it observes each of its gloo futures."""
+    _gloo = None
+
+    def __init__(self, futures):
+        self._futures = futures
+        self._parts = [f._simdist_work for f in futures]
+
+    def _gloo_observed(self, me):
+        for f in self._futures:
+            f._simdist_work._gloo_observed(me)
 
 
 class _GlooStream:
@@ -393,7 +538,7 @@ class _GlooOp:
     reads its input tensors and writes its outputs some time before wait() returns (distributed.rst: wait() "will
     block the process until the operation is finished" for CPU collectives). simdist computed it at the call (one
     schedule a worker can take), so `done`: the values are not damaged, the race is reported."""
-    __slots__ = ("stream", "name", "frames", "seq", "done", "vc")
+    __slots__ = ("stream", "name", "frames", "seq", "done", "vc", "watch")
 
     def __init__(self, me, desc):
         me.gloo_works = n = getattr(me, "gloo_works", 0) + 1
@@ -409,12 +554,18 @@ def _gloo_pending(me, desc, reads, outputs):
     """Register an async gloo collective's CPU tensors with the host-memory checks (faces/host_memory.py): a host
     write of an input, or a host access of an output, before the host waits for the work races the worker."""
     op = _GlooOp(me, desc)
+    op.watch = (list(reads), list(outputs))
+    _watch(me, op)
+    return op
+
+
+def _watch(me, op):
     hm = me.host_memory
+    reads, outputs = op.watch
     for t in reads:
         hm.pending_source(op, t)
     for t in outputs:
         hm.pending(op, t)
-    return op
 
 
 def _blocking_wait_env():
@@ -675,6 +826,7 @@ class SimProcessGroup(dist.ProcessGroup):
                                    "e.g. init_process_group('cpu:gloo,cuda:nccl'))")
             engine.host_collective(me, g, kind, desc, sig, reads, outputs, compute, nb)
             work = SimWork(me, None, None, outputs, what=desc)
+            work._cpu = True
             if async_op:
                 work._gloo = _gloo_pending(me, desc, reads, outputs)
                 self._async_gloo = [w for w in getattr(self, "_async_gloo", ()) if w._gloo is not None] + [work]
@@ -1451,6 +1603,8 @@ def c10d_patches():
         (c10d, "_get_default_timeout", _get_default_timeout),
         (c10d, "_get_default_group", _get_default_group),
         (torch._C, "_get_accelerator", _get_accelerator),
+        (torch.futures, "wait_all", _wait_all),
+        (torch.futures, "collect_all", _collect_all),
     ]
     out.append((dist, "ProcessGroupNCCL", SimNCCL))  # a CUDA build has it (a CPU build, as here, does not)
     out.append((dist, "ProcessGroupGloo", SimGloo))
