@@ -54,6 +54,76 @@ def nccl_reduce():
     return {"world": world, "ranks": {str(r): res[r] for r in sorted(res)}}
 
 
+def peer_copy():
+    """Each cross-device copy with a _sleep queued first on the source's (or the destination's) current stream:
+    how long the call took, and whether either current stream is idle when it returns."""
+    import time
+    import torch
+    if torch.cuda.device_count() < 2:
+        return {"skipped": "1 GPU"}
+    out = {"launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"),
+           "p2p": torch.cuda.can_device_access_peer(0, 1)}
+    n = 1 << 22
+    for how in ("to", "cast", "strided", "copy_contig"):
+        for nb in (False, True):
+            for busy in (0, 1):
+                x = torch.randn(n, device="cuda:0")
+                d = torch.empty(2048, 2048, device="cuda:1").t() if how == "strided" else torch.empty(n, device="cuda:1")
+                torch.cuda.synchronize(0)
+                torch.cuda.synchronize(1)
+                with torch.cuda.device(busy):
+                    torch.cuda._sleep(500_000_000)
+                t0 = time.time()
+                if how == "to":
+                    y = x.to("cuda:1", non_blocking=nb)
+                elif how == "cast":
+                    y = x.to("cuda:1", dtype=torch.float16, non_blocking=nb)
+                elif how == "strided":
+                    y = d.copy_(x.view(2048, 2048), non_blocking=nb)
+                else:
+                    y = d.copy_(x, non_blocking=nb)
+                dt = time.time() - t0
+                out[f"{how},nb={nb},sleep_on=cuda:{busy}"] = {
+                    "call_s": round(dt, 4), "src_current_idle": torch.cuda.current_stream(0).query(),
+                    "dst_current_idle": torch.cuda.current_stream(1).query()}
+                torch.cuda.synchronize(0)
+                torch.cuda.synchronize(1)
+                del y
+    return out
+
+
+def stream_ids():
+    import torch
+    out = {}
+    for dev in range(min(2, torch.cuda.device_count())):
+        with torch.cuda.device(dev):
+            d = torch.cuda.default_stream(dev)
+            side, side2 = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
+            hi = torch.cuda.Stream(dev, priority=-1)
+            streams = [("default", d), ("side", side), ("side2", side2), ("high", hi),
+                       ("current", torch.cuda.current_stream(dev))]
+            try:
+                streams.append(("external", torch.cuda.ExternalStream(side.cuda_stream, device=dev)))
+            except Exception as e:  # noqa: BLE001 - (simdist refuses ExternalStream by name)
+                streams.append(("external", repr(e)))
+            rows = {}
+            for name, s in streams:
+                if isinstance(s, str):
+                    rows[name] = s
+                    continue
+                back = torch.cuda.Stream(stream_id=s.stream_id, device_index=s.device_index,
+                                         device_type=s.device_type)
+                rows[name] = {"stream_id": s.stream_id, "cuda_stream_nonzero": s.cuda_stream != 0,
+                              "device_index": s.device_index, "device_type": s.device_type,
+                              "roundtrip_equal": back == s, "roundtrip_hash_equal": hash(back) == hash(s),
+                              "roundtrip_cuda_stream_equal": back.cuda_stream == s.cuda_stream,
+                              "repr": repr(s)}
+            rows["default_is_current_equal"] = d == torch.cuda.current_stream(dev)
+            rows["default_hash_equal"] = hash(d) == hash(torch.cuda.default_stream(dev))
+            out[f"cuda:{dev}"] = rows
+    return out
+
+
 def child(mode):
     r = subprocess.run([sys.executable, __file__, mode], capture_output=True, text=True, timeout=300)
     try:
@@ -62,15 +132,20 @@ def child(mode):
         return {"rc": r.returncode, "stdout": r.stdout[-1500:], "stderr": r.stderr[-1500:]}
 
 
-if MODE == "main":
-    import torch
-    out = {"torch": torch.__version__, "gpus": torch.cuda.device_count(), "nccl_reduce": nccl_reduce()}
-    for mode in ("stream_ids", "peer_copy"):
-        out[mode] = child(mode)
-    e = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
-    r = subprocess.run([sys.executable, __file__, "peer_copy"], env=e, capture_output=True, text=True, timeout=300)
-    try:
-        out["peer_copy_launch_blocking"] = json.loads(r.stdout.strip().splitlines()[-1])
-    except Exception:  # noqa: BLE001
-        out["peer_copy_launch_blocking"] = {"rc": r.returncode, "stderr": r.stderr[-1500:]}
-    print(json.dumps(out, indent=1))
+if __name__ == "__main__":
+    if MODE == "main":
+        import torch
+        out = {"torch": torch.__version__, "gpus": torch.cuda.device_count(), "nccl_reduce": nccl_reduce()}
+        for mode in ("stream_ids", "peer_copy"):
+            out[mode] = child(mode)
+        e = dict(os.environ, CUDA_LAUNCH_BLOCKING="1")
+        r = subprocess.run([sys.executable, __file__, "peer_copy"], env=e, capture_output=True, text=True, timeout=300)
+        try:
+            out["peer_copy_launch_blocking"] = json.loads(r.stdout.strip().splitlines()[-1])
+        except Exception:  # noqa: BLE001
+            out["peer_copy_launch_blocking"] = {"rc": r.returncode, "stderr": r.stderr[-1500:]}
+        print(json.dumps(out, indent=1))
+    elif MODE == "peer_copy":
+        print(json.dumps(peer_copy()))
+    elif MODE == "stream_ids":
+        print(json.dumps(stream_ids()))

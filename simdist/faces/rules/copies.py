@@ -148,8 +148,32 @@ def _device_copy(me, src, dst, fn, name):
     s_stream, d_stream = me.current_stream(src._dev.index), me.current_stream(dst._dev.index)
     s_stream.wait_marker(host, d_stream.record_marker(host))
     op = launch(me, s_stream, name, "copy", fn, (src,), (dst,), _nbytes((src, dst)))
+    if me.launch_blocking and not _memcpy_eligible(src, dst):
+        # not one cudaMemcpyAsync but a copy kernel on the source device (Copy.cu copy_device_to_device: a cast,
+        # a conj / neg bit, or a layout that is not one contiguous run): under CUDA_LAUNCH_BLOCKING=1 its launch
+        # returns when it has run (c3). A memcpy-eligible peer copy is left asynchronous: whether the runtime
+        # blocks a cross-device cudaMemcpyAsync is measured by ci/gpu_g_facts.py peer_copy (notes g5)
+        me.wait_op(op, "CUDA_LAUNCH_BLOCKING=1")
     d_stream.wait_marker(host, s_stream.record_marker(host))
     return op
+
+
+def _memcpy_eligible(src, dst):
+    """Copy.cu copy_device_to_device's `memcpy_eligible`: same dtype, conj and neg bits, and iter.is_contiguous()
+    (after TensorIterator coalesces and reorders the dimensions, one contiguous run in both tensors: the same
+    shape and strides, non-overlapping and dense; a single element always)."""
+    if src.dtype != dst.dtype or src.is_conj() != dst.is_conj() or src.is_neg() != dst.is_neg():
+        return False
+    if dst.numel() <= 1:
+        return True
+    if tuple(src.shape) != tuple(dst.shape) or src.stride() != dst.stride():
+        return False
+    expected = 1  # non-overlapping and dense: the dimensions, by stride, tile the elements without gaps
+    for stride, size in sorted((st, sz) for sz, st in zip(dst.shape, dst.stride()) if sz != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 @register(aten.copy_.default)
