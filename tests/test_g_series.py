@@ -304,3 +304,36 @@ def test_a_cross_device_copy_waits_for_the_destinations_current_stream_and_order
     res = simdist.run(prog, device_count=2)
     assert not res.hazards, res.report()
     assert res.returns == [(1280.0, 768.0)]
+
+
+def test_stream_ids_are_the_ones_a_gpu_gives_and_name_their_streams_back():
+    """c10/cuda/CUDAStream.cpp (torch 2.11 and 2.13): makeStreamId gives the default stream 0 and a pool stream
+    `(index << (kStreamTypeBits + 1)) | (type << 1) | 1` with kStreamTypeBits 4, its index its place in the pool
+    (32 per priority level, handed out round-robin: get_idx) and its type the level + 1 (getStreamFromPool:
+    pri_idx = min(-priority, max_stream_priorities - 1), 4 levels on an H200). Measured on an H200 (torch 2.11,
+    ci/gpu_c_facts.py default_ids, notes c9): default_stream().stream_id 0, the first side stream's 3. simdist gave
+    its own ids (1, 2, ... per rank), so `stream_id == 0` never named the default stream, and
+    torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) / torch.Stream(...) took those ids;
+    equality and hashing of streams are by identity of the stream, as before."""
+    def prog():
+        r = dist.get_rank() if dist.is_initialized() else 0
+        out = {}
+        for dev in (0, 1):
+            with torch.cuda.device(dev):
+                d = torch.cuda.default_stream()
+                pool = [torch.cuda.Stream() for _ in range(33)]
+                hi, top = torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=-7)
+                acc = torch.accelerator.current_stream()
+                streams = [d, *pool[:2], hi, top]
+                back = [torch.cuda.Stream(stream_id=s.stream_id, device_index=dev, device_type=1) for s in streams]
+                generic = [torch.Stream(stream_id=s.stream_id, device_index=dev, device_type=1) for s in streams]
+                keyed = {s: i for i, s in enumerate(streams)}
+                out[dev] = ([s.stream_id for s in streams], pool[32].stream_id, pool[32] is pool[0], acc.stream_id,
+                            all(b is s for b, s in zip(back, streams)),
+                            all(g._sim is s for g, s in zip(generic, streams)),
+                            [keyed[b] for b in back], len({hash(s) for s in streams}))
+        return r, out
+
+    res = simdist.run(prog, device_count=2)
+    want = ([0, 3, 35, 5, 9], 3, True, 0, True, True, [0, 1, 2, 3, 4], 5)
+    assert res.returns == [(0, {0: want, 1: want})]

@@ -23,7 +23,7 @@ MAX_PRIORITIES = 4
 class Stream:
     """A simulated CUDA stream: an ordered queue of ops on one device."""
 
-    __slots__ = ("id", "dev", "name", "tail", "seq", "vc", "host_ver", "priority", "__weakref__")
+    __slots__ = ("id", "dev", "name", "tail", "seq", "vc", "host_ver", "priority", "pool_slot", "__weakref__")
 
     @classmethod
     def make(cls, device, name, priority=0):
@@ -37,6 +37,7 @@ class Stream:
         self.vc = {}  # what every op queued next knows (copy-on-write)
         self.host_ver = -1  # the host clock version already joined into vc
         self.priority = priority
+        self.pool_slot = None  # (priority level, index) of a stream of the device's pool (Device.new_stream)
         rank.streams.append(self)
         rank.stream_by_id[self.id] = self
         return self
@@ -112,6 +113,7 @@ class Device:
         self.n_user_streams += 1
         s = self.stream_class.make(
             self, f"rank{self.rank}/cuda:{self.index}/stream{self.n_user_streams}", -level)
+        s.pool_slot = (level, len(pool))
         pool.append(s)
         return s
 

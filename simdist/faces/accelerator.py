@@ -58,9 +58,16 @@ class AcceleratorStream(torch.Stream):
     (torch.cuda.set_stream reads its id triple). Its methods act on the simulated stream it names."""
 
     def __new__(cls, sim):
+        # (the C++ c10::Stream inside carries simdist's own id, which the fake guard maps back when torch's C++
+        # takes this object; Python reads the id a GPU gives, below)
         obj = super().__new__(cls, stream_id=sim.id, device_index=sim.dev.index, device_type=1)
         obj._sim = sim
         return obj
+
+    @property
+    def stream_id(self):
+        """The stream's StreamId on a GPU (faces/cuda.py gpu_stream_id): 0 for a default stream."""
+        return _cuda.gpu_stream_id(self._sim)
 
     def __ne__(self, other):
         if isinstance(other, engine_streams.Stream):  # as torch.Stream's C++ comparison: by the id triple

@@ -97,7 +97,7 @@ class Stream(engine_streams.Stream):
 
     @property
     def stream_id(self):
-        return self.id
+        return gpu_stream_id(self)
 
     @property
     def native_handle(self):
@@ -152,8 +152,9 @@ class Stream(engine_streams.Stream):
         # torch.cuda.Stream defines __eq__ only; != is torch.Stream's C++ comparison of the id triple, so a generic
         # torch.Stream naming this stream (torch.accelerator's) is neither == nor != to it (measured on an H200)
         if isinstance(other, torch.Stream):
-            return not (other.stream_id == self.id and other.device_index == self.dev.index
-                        and other.device_type == 1)
+            if other.device_type != 1 or other.device_index != self.dev.index:
+                return True
+            return sim_stream(_rank(), other) is not self
         return not self.__eq__(other)
 
     def __hash__(self):
@@ -198,16 +199,33 @@ def _as_sim_stream(stream):
     return sim_stream(_rank(), stream)
 
 
+def gpu_stream_id(s):
+    """The StreamId a GPU gives the stream (c10/cuda/CUDAStream.cpp makeStreamId): 0 for the default stream (the
+    null stream); for a pool stream `(index << (kStreamTypeBits + 1)) | (type << 1) | 1`, kStreamTypeBits 4, the
+    index its place in its pool (0-31, round-robin) and the type its priority level + 1 (getStreamFromPool:
+    `StreamIdType(pri_idx + 1)`, pri_idx = min(-priority, max_stream_priorities - 1)): the first torch.cuda.Stream()
+    of a device is 3 (measured on an H200), the second 35, the first of priority -1 is 5. A stream simdist keeps
+    outside the pools (an NCCL group's internal one; on a GPU it is a pool stream) gets an index past the pool's
+    five bits, so it names no pool stream."""
+    if s is s.dev.default_stream:
+        return 0
+    slot = s.pool_slot
+    if slot is None:
+        return ((32 + (s.id & 0xFFFF)) << 5) | (1 << 1) | 1
+    level, index = slot
+    return (index << 5) | ((level + 1) << 1) | 1
+
+
 def _existing_stream(me, stream_id, index):
     """torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) wraps the stream of that id, it makes
     none (torch/cuda/streams.py Stream.__new__: `if device is None or ("stream_id" in kwargs and "device_index" in
     kwargs): return super().__new__(cls, priority=priority, **kwargs)`, the c10::Stream unpacked from the triple);
-    stream id 0 is the device's default stream (c10/cuda/CUDAStream.cpp: the null stream's id)."""
+    the id is the one a GPU gives (gpu_stream_id, what `stream_id` reads): 0 is the device's default stream."""
     d = me.device(index)
-    if stream_id == 0 or stream_id == d.default_stream.id:
+    if stream_id == 0:
         return d.default_stream
     for s in me.streams:
-        if s.id == stream_id and s.dev is d:
+        if s.dev is d and s is not d.default_stream and gpu_stream_id(s) == stream_id:
             return s
     raise UnsupportedOperation(f"torch.cuda.Stream(stream_id={stream_id}, device_index={index}): no stream of that "
                                f"id on cuda:{index} in this simulated rank (simdist wraps only streams made in it)")
