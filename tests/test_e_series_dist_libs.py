@@ -162,3 +162,48 @@ def test_torch_distributed_in_a_host_thread_the_program_started_is_refused_by_na
 
     with pytest.raises(UnsupportedOperation, match="AsyncCheckpointExecutor"):
         simdist.run(async_save, world_size=2, torchrun=True)
+
+
+def test_a_refusal_that_ends_a_program_thread_ends_the_run():
+    """A host thread the program started that dies of a named refusal (device work outside a rank's thread, x6)
+    only printed it (threading.excepthook); torch.distributed.checkpoint's FileSystemWriter(thread_count=2) writer
+    threads died so and dcp.save then failed with a raw KeyError of the missing write results, or a program ran on
+    without the thread's work (notes e6). Now the rank's program ends with the refusal, what it raised afterwards
+    noted; a refusal the thread catches itself is the program's business (unchanged)."""
+    def died_then_keyerror():
+        x = torch.ones(4, device="cuda")
+        results = {}
+        t = threading.Thread(target=lambda: results.__setitem__("y", x.cpu()))
+        t.start()
+        t.join()
+        return results["y"]                  # KeyError: the thread never stored it
+
+    with pytest.raises(UnsupportedOperation, match="host thread the program started") as info:
+        simdist.run(died_then_keyerror)
+    assert any("KeyError" in n for n in getattr(info.value, "__notes__", []))
+
+    def died_then_returned():
+        x = torch.ones(4, device="cuda")
+        t = threading.Thread(target=lambda: x.mul_(2))
+        t.start()
+        t.join()
+        return x.cpu().tolist()              # [1, 1, 1, 1] here; [2, 2, 2, 2] on a GPU
+
+    with pytest.raises(UnsupportedOperation, match="host thread the program started"):
+        simdist.run(died_then_returned)
+
+    def caught_in_thread():
+        x = torch.ones(4, device="cuda")
+        seen = []
+
+        def work():
+            try:
+                x.mul_(2)
+            except UnsupportedOperation:
+                seen.append("refused")
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        return seen
+
+    assert simdist.run(caught_in_thread).returns == [["refused"]]

@@ -38,6 +38,16 @@ def live_ranks():
     return len({id(r) for r in list(_live.values())})
 
 
+def note_thread_refusal(exc):
+    """A named refusal (UnsupportedOperation) that ended a host thread the program started: every rank this process
+    runs keeps the first, and its program ends with it (ranks/__init__.py _play), since what it computed afterwards
+    relied on work the thread never did (threading's excepthook only prints it; torch.distributed.checkpoint's
+    writer threads then died and dcp.save failed later with a raw KeyError)."""
+    for r in {id(r): r for r in list(_live.values())}.values():
+        if getattr(r, "thread_refusal", None) is None:
+            r.thread_refusal = exc
+
+
 def outside_rank(what, default_message):
     """The error for `what` done in a thread that runs no rank: while a run is live in this process, that is a
     host thread the program started (threading.Thread, a pool worker), whose device work simdist does not model

@@ -15,7 +15,7 @@ from collections.abc import MutableMapping
 
 import torch
 
-from ..engine.context import current_rank
+from ..engine.context import current_rank, note_thread_refusal
 from ..engine.errors import SimulationError, UnsupportedOperation
 from . import cuda_keys, guard, guard_events
 from . import rules  # noqa: F401  (registers the op rules)
@@ -327,6 +327,18 @@ def _swappable(t):
     return True
 
 
+_orig_thread_excepthook = threading.excepthook
+
+
+def _thread_excepthook(args):
+    """threading.excepthook during a run: a host thread the program started that died of a named refusal
+    (UnsupportedOperation: device work or torch.distributed outside a rank's thread) ends its rank's program with
+    it (engine/context.py note_thread_refusal); the hook still prints it, as threading's does."""
+    if isinstance(args.exc_value, UnsupportedOperation) and current_rank() is None:
+        note_thread_refusal(args.exc_value)
+    return _orig_thread_excepthook(args)
+
+
 def _swap_tensors(t1, t2):
     """torch.utils.swap_tensors where a simulated tensor is involved. torch's refuses tensors with weak
     references, and simdist keeps one to every simulated tensor (its allocation's views, for storage resize):
@@ -629,6 +641,7 @@ def _patch_list():
         (torch.Tensor, "data", property(_tensor_data_get, _tensor_data_set)),
         (torch.storage.TypedStorage, "__reduce__", _storage_reduce),
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
+        (threading, "excepthook", _thread_excepthook),
     ]
     items += c10d_patches()
     items += storage_patches()

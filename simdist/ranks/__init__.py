@@ -74,6 +74,9 @@ class TurnTaker:
                 rank.returned = fn(rank.rank)
             finally:
                 self.hooks.leave(rank)
+            refusal = getattr(rank, "thread_refusal", None)
+            if refusal is not None:  # the program ran on after one of its threads died of an unmodelled operation
+                raise refusal
             rank.state = DONE
             progressed = True
             while self._hand_over(rank, progressed):
@@ -81,6 +84,12 @@ class TurnTaker:
         except _Abort:
             pass
         except BaseException as e:  # noqa: BLE001 - re-raised by the runner naming the rank
+            refusal = getattr(rank, "thread_refusal", None)
+            if refusal is not None and e is not refusal and not isinstance(e, _Abort):
+                # a host thread of the program died of an unmodelled operation first: that is the run's error (what
+                # the program raised afterwards, a KeyError of a missing result, follows from it)
+                refusal.add_note(f"(simulated rank {rank.rank}'s program raised {type(e).__name__}: {e} afterwards)")
+                e = refusal
             rank.error = e
             note = hazards_before_error_note(rank.rank, list(getattr(rank.detector, "order", ())))
             if note and hasattr(e, "add_note") and not isinstance(e, _Abort):
