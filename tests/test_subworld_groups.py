@@ -117,3 +117,39 @@ def _default_world_mismatch():
 def test_the_default_group_still_must_be_the_simulated_world():
     with pytest.raises(ValueError, match="simulated world has 2 ranks"):
         simdist.run(_default_world_mismatch, world_size=2)
+
+
+def _tcpstore_group():
+    """vLLM-StatelessProcessGroup-style: the group's own TCPStore, its master the group's rank 0 (global rank 3),
+    made with the default wait_for_workers=True; the other members are clients."""
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    out = {}
+    if rank in NUMBERING:
+        store = dist.TCPStore("127.0.0.1", 29810, len(NUMBERING), NUMBERING[rank] == 0, timeout=timedelta(seconds=30))
+        assert isinstance(store, dist.TCPStore) and store.port == 29810
+        store.add("joined", 1)
+        pg, _ = _new_process_group_helper(len(NUMBERING), NUMBERING[rank], [], Backend("nccl"),
+                                          PrefixStore("tcp_update", store), group_name="tcp_update",
+                                          backend_options=None, timeout=timedelta(seconds=30))
+        _world.pg_group_ranks[pg] = {i: i for i in range(len(NUMBERING))}
+        t = torch.full((4,), float(10 * rank + 1), device="cuda")
+        dist.broadcast(t, 0, group=pg)
+        out["bcast"] = t.cpu()
+        dist.barrier(group=pg)
+        out["joined"] = int(store.add("joined", 0))
+    dist.barrier()
+    return out
+
+
+@pytest.mark.parametrize("transport", ["threads", "processes"])
+def test_a_group_over_a_tcpstore_the_program_made_runs_and_learns_its_members(transport):
+    """A real TCPStore made inside a rank blocked the rank holding the turn (the master waits for its workers, a
+    client for its master's socket) until the store's timeout; it is now the world's program store under its
+    address, and the group made over it learns its members from its first collective."""
+    res = simdist.run(_tcpstore_group, world_size=4, seed=0, transport=transport)
+    res.raise_for_hazards()
+    for r in NUMBERING:
+        assert torch.equal(res.returns[r]["bcast"], torch.full((4,), 31.0))
+        assert res.returns[r]["joined"] == 3          # every member's add reached one store
+    assert res.returns[1] == {}

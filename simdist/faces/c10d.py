@@ -796,10 +796,11 @@ class SimProcessGroup(dist.ProcessGroup):
         a rendezvous of its own after init_process_group (OpenRLHF's `init_process_group` copy, SGLang's
         `init_custom_process_group`: a second "default" group of the trainer's rank 0 and the inference workers).
         Its ranks number themselves and the program's `pg_group_ranks` entry is `{i: i}`, which on a GPU no
-        collective reads (NCCL learns its peers from the store); so the members are learnt as NCCL learns them."""
+        collective reads (NCCL learns its peers from the store); so the members are learnt as NCCL learns them.
+        Whatever store it was made over (a sub-world rendezvous' or a TCPStore the program made): c10d's own
+        groups after init_process_group (new_group, split_group, DeviceMesh) name their global ranks."""
         default = c10d._world.default_pg
-        return (default is not None and self is not default and not self.options.global_ranks_in_group
-                and _subworld_store(self._store))
+        return default is not None and self is not default and not self.options.global_ranks_in_group
 
     # --- the one path of every collective -------------------------------------------------------
     def _run(self, kind, desc, sig, inputs, outputs, compute, async_op, reads=None, writes=None, nbytes=None,
@@ -1607,11 +1608,53 @@ def c10d_patches():
         (torch.futures, "collect_all", _collect_all),
     ]
     out.append((dist, "ProcessGroupNCCL", SimNCCL))  # a CUDA build has it (a CPU build, as here, does not)
+    out.append((dist, "TCPStore", _RankTCPStore))
     out.append((dist, "ProcessGroupGloo", SimGloo))
     for name in ("_create_c10d_store",):
         if hasattr(rdzv, name):
             out.append((rdzv, name, _refused_store))
     return out
+
+
+_REAL_TCPSTORE = dist.TCPStore
+
+
+class _ProgramTCPStore(dist.PrefixStore):
+    """What a program's TCPStore is inside a simulated rank (_RankTCPStore): the world's program store under the
+    store's address, so every rank that makes a TCPStore at one host:port reaches the same keys, as on a machine."""
+
+
+class _TCPStoreMeta(type):
+    def __call__(cls, host_name, port, world_size=None, is_master=False, timeout=datetime.timedelta(seconds=300),
+                 wait_for_workers=True, multi_tenant=False, master_listen_fd=None, use_libuv=True):
+        me = current_rank()
+        if me is None or me.face is None:
+            return _REAL_TCPSTORE(host_name, port, world_size, is_master, timeout, wait_for_workers, multi_tenant,
+                                  master_listen_fd, use_libuv)
+        st = _ProgramTCPStore(f"simdist-tcpstore/{host_name}:{int(port)}/", _program_store(me.world))
+        st.set_timeout(timeout)
+        st.host, st.port, st.libuvBackend = host_name, int(port), bool(use_libuv)
+        st._simdist_subworld = True
+        state(me).subworld_stores.append(st)  # kept alive (see _rendezvous)
+        return st
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, (_REAL_TCPSTORE, _ProgramTCPStore))
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, (_REAL_TCPSTORE, _ProgramTCPStore))
+
+
+class _RankTCPStore(metaclass=_TCPStoreMeta):
+    """torch.distributed.TCPStore while simdist runs. Made by the program inside a simulated rank (vLLM's
+    StatelessProcessGroup, hand-made weight-update groups: `TCPStore(host, port, n, is_master=rank == 0)`), a real
+    store blocked the rank holding the turn: the master's constructor waits for its workers (wait_for_workers=True,
+    the default) and a client's for its master's socket, and neither can come while that rank holds the turn, so
+    the run hung until the store's timeout (300 s by default) and died with DistStoreError / DistNetworkError. It
+    is now the world's program store under its address (_ProgramTCPStore): keys shared, nothing waits at
+    construction. Not modelled: the master's wait for its workers (its host is not ordered after theirs), and a
+    client whose master is never made (on a machine its connect times out; here it runs). Outside a rank (simdist's
+    own launcher) it is the real TCPStore; isinstance checks accept both."""
 
 
 def _refused_store(*args, **kwargs):
