@@ -207,3 +207,38 @@ def test_a_refusal_that_ends_a_program_thread_ends_the_run():
         return seen
 
     assert simdist.run(caught_in_thread).returns == [["refused"]]
+
+
+def test_deepcopy_of_parameters_and_tensors_is_torchs():
+    """nn.Parameter.__deepcopy__ (torch/nn/parameter.py) makes a new Parameter of a clone of the data with its
+    requires_grad, without its grad or Python attributes; torch.Tensor.__deepcopy__ (torch/_tensor.py) deep-copies
+    the storage once per deepcopy (views copied together stay views of one new storage, strides and offsets kept),
+    then the grad and `__dict__`. simdist kept a parameter's grad (a model deep-copied after a backward, an EMA or
+    reference model, had stale gradients that a GPU's copy has not), dropped a tensor's attributes and made each
+    view a separate contiguous clone (notes e8). Checked against the same code on CPU tensors."""
+    def fn():
+        out = []
+        for dev in ("cpu", "cuda"):
+            m = torch.nn.Linear(2, 2).to(dev)
+            m(torch.ones(1, 2, device=dev)).sum().backward()
+            m.weight.tag = "w"
+            m2 = copy.deepcopy(m)
+            t = torch.arange(6.0, device=dev)
+            t.note = 5
+            g = torch.ones(6, device=dev)
+            t.requires_grad_(True)
+            t.grad = g
+            d = copy.deepcopy({"t": t, "v": t.detach()[2:4], "tt": t.detach().view(2, 3).t()})
+            with torch.no_grad():
+                d["t"].add_(1)
+            out.append([m2.weight.grad is None, getattr(m2.weight, "tag", None),
+                        isinstance(m2.weight, torch.nn.Parameter), m2.weight.requires_grad,
+                        getattr(d["t"], "note", None), d["t"].grad.tolist(), d["v"].tolist(), d["tt"].stride(),
+                        d["tt"].tolist()])
+        return out
+
+    cpu, cuda = simdist.run(fn).returns[0]
+    assert cuda == cpu
+    # the copied parameter has no grad; the tensor keeps its attribute and grad; the copied view shares the copied
+    # storage (it sees the copy's add_), the transposed view keeps its strides
+    assert cpu[0] is True and cpu[4] == 5 and cpu[5] == [1.0] * 6 and cpu[6] == [3.0, 4.0] and cpu[7] == (1, 3)

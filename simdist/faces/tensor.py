@@ -11,6 +11,7 @@ build cannot do; those are overridden here and routed through the dispatcher.
 """
 from __future__ import annotations
 
+import copy
 import weakref
 
 import torch
@@ -386,20 +387,48 @@ class SimTensor(torch.Tensor):
         return (_rebuild_on_device, (self.detach().cpu(), str(self.device), self.requires_grad))
 
     def __deepcopy__(self, memo):
+        if getattr(self, "_is_param", False):
+            # nn.Parameter.__deepcopy__ (torch/nn/parameter.py): a new Parameter of a clone of the data with its
+            # requires_grad, and neither its grad nor its Python attributes (simdist kept the grad: a model
+            # deep-copied after a backward had gradients a GPU's copy has not, notes e8)
+            if id(self) in memo:
+                return memo[id(self)]
+            with torch.no_grad():
+                out = self.detach().clone(memory_format=torch.preserve_format)
+            out.requires_grad_(self.requires_grad)
+            out._is_param = True
+            memo[id(self)] = out
+            return out
         if not self.is_leaf:  # as torch.Tensor.__deepcopy__
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the deepcopy "
                                "protocol at the moment.  If you were attempting to deepcopy a module, this may "
                                "be because of a torch.nn.utils.weight_norm usage, see "
                                "https://github.com/pytorch/pytorch/pull/103001")
+        if id(self) in memo:
+            return memo[id(self)]
+        # torch/_tensor.py Tensor.__deepcopy__: the storage is deep-copied once per deepcopy (UntypedStorage.
+        # __deepcopy__: clone(), memo by the storage), and the copy views it with the tensor's offset, sizes and
+        # strides, so views deep-copied together stay views of one new storage; then grad and `__dict__`
         with torch.no_grad():
-            out = self.clone()
+            key = ("simdist storage", id(self._alloc))  # (deepcopy's memo keeps self, hence the allocation, alive)
+            new_storage = memo.get(key)
+            if new_storage is None:
+                src = _storage_of(self)
+                new_storage = type(src)(src.nbytes(), device=self.device)  # UntypedStorage.clone: empty + copy_
+                new_storage.copy_(src)
+                memo[key] = new_storage
+            out = torch.empty(0, dtype=self.dtype, device=self.device)
+            out.set_(new_storage, self.storage_offset(), self.size(), self.stride())
+            if self.is_conj():
+                out = out.conj_physical()
+            if self.is_neg():
+                out = out.neg()
         if self.requires_grad:
             out.requires_grad_(True)
-        if getattr(self, "_is_param", False):
-            out._is_param = True
-        memo[id(self)] = out
         if self.grad is not None:
             out.grad = self.grad.__deepcopy__(memo)
+        out.__dict__ = copy.deepcopy(dict(self.__dict__), memo)
+        memo[id(self)] = out
         return out
 
 
