@@ -242,3 +242,33 @@ def test_deepcopy_of_parameters_and_tensors_is_torchs():
     # the copied parameter has no grad; the tensor keeps its attribute and grad; the copied view shares the copied
     # storage (it sees the copy's add_), the transposed view keeps its strides
     assert cpu[0] is True and cpu[4] == 5 and cpu[5] == [1.0] * 6 and cpu[6] == [3.0, 4.0] and cpu[7] == (1, 3)
+
+
+def test_torch_save_keeps_a_storages_views_and_a_tensors_attributes():
+    """torch.save pickles each storage once and every tensor as its view of it (torch/_tensor.py
+    _reduce_ex_internal: _rebuild_tensor_v2(storage, offset, size, stride, ...)), with the tensor's Python
+    attributes (_rebuild_from_type_v2's state); torch.load rebuilds the views on one storage. simdist copied each
+    simulated tensor to the host on its own: after a load the views no longer shared bytes and the attributes were
+    gone (notes e9). Checked against the same code on CPU tensors, and map_location='cpu' of the same file."""
+    import io
+
+    def fn():
+        out = []
+        for dev in ("cpu", "cuda"):
+            t = torch.arange(6.0, device=dev)
+            t.note = 7
+            buf = io.BytesIO()
+            torch.save({"t": t, "v": t[2:4], "tt": t.view(2, 3).t()}, buf)
+            buf.seek(0)
+            d = torch.load(buf)
+            d["t"].add_(1)
+            buf.seek(0)
+            h = torch.load(buf, map_location="cpu")
+            h["t"].add_(10)
+            out.append([d["t"].device.type == dev, d["v"].tolist(), d["tt"].stride(), d["tt"].tolist(),
+                        getattr(d["t"], "note", None), h["v"].device.type, h["v"].tolist()])
+        return out
+
+    cpu, cuda = simdist.run(fn).returns[0]
+    assert cuda == cpu
+    assert cpu[1] == [3.0, 4.0] and cpu[2] == (1, 3) and cpu[4] == 7 and cpu[6] == [12.0, 13.0]

@@ -29,7 +29,7 @@ from .host_memory import location_tag_checked, numpy_checked
 from .host_reads import host_elements as _host_elements
 from .c10d import RankC10d, c10d_patches
 from .rng import SimGenerator
-from .tensor import SIM_INTERNALS, TENSOR_DICT, SimTensor, _load_map_location, _parse_to, tensor_to
+from .tensor import SIM_INTERNALS, TENSOR_DICT, SimTensor, _load_map_location, _parse_to, _pickling, tensor_to
 
 from .world import process_seed
 _cpu_gen = torch.default_generator
@@ -478,8 +478,10 @@ def _torch_load(f, map_location=None, *args, **kwargs):
     # simulated CUDA tensors are pickled as CPU bytes plus their device (SimTensor.__reduce_ex__): their rebuild
     # needs the map_location that torch.load applies to storages
     prev = getattr(_load_map_location, "value", None)
+    prev_devices = getattr(_load_map_location, "devices", None)
     prev_moves = getattr(_load_moves, "value", None)
     _load_map_location.value = map_location
+    _load_map_location.devices = {}  # saved storage -> its device buffer, for this load (tensor.py _rebuild_on_device)
     inner = map_location
     if current_rank() is not None and not callable(map_location):
         # torch.load(..., map_location="cuda") of host storages (a checkpoint of CPU tensors, an object a
@@ -493,7 +495,22 @@ def _torch_load(f, map_location=None, *args, **kwargs):
         return _orig_load(f, inner, *args, **kwargs)
     finally:
         _load_map_location.value = prev
+        _load_map_location.devices = prev_devices
         _load_moves.value = prev_moves
+
+
+_orig_save = torch.save
+
+
+def _torch_save(obj, *args, **kwargs):
+    """torch.save: every simulated tensor viewing one storage is pickled as a view of one host copy of it
+    (tensor.py _host_copy), as torch saves each storage once."""
+    prev = getattr(_pickling, "copies", None)
+    _pickling.copies = {}
+    try:
+        return _orig_save(obj, *args, **kwargs)
+    finally:
+        _pickling.copies = prev
 
 
 _load_moves = threading.local()  # storage data_ptr -> [device, its device buffer]: the torch.load in progress
@@ -619,6 +636,7 @@ def _patch_list():
         (torch.Tensor, "numpy", _numpy),
         (torch._tensor_str, "_str", _tensor_str),
         (torch, "load", _torch_load),
+        (torch, "save", _torch_save),
         (torch._utils, "_rebuild_tensor_v2", _rebuild_tensor_v2),
         (_weights_only_allowed(), "torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
         (torch.serialization, "location_tag", location_tag_checked(torch.serialization.location_tag)),

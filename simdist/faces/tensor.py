@@ -381,10 +381,16 @@ class SimTensor(torch.Tensor):
         return False
 
     def __reduce_ex__(self, proto):
-        # torch.save / pickle: the bytes come to the host (a synchronizing copy, as torch.save of a CUDA tensor
-        # does) and the tensor is rebuilt on its device when loaded, unless torch.load's map_location says
-        # otherwise
-        return (_rebuild_on_device, (self.detach().cpu(), str(self.device), self.requires_grad))
+        # torch.save / pickle: as torch.Tensor._reduce_ex_internal, the tensor's whole storage comes to the host (a
+        # synchronizing copy, as torch.save's storage.cpu() of a CUDA storage), once per save for every tensor
+        # viewing it, and the tensor is its view of those bytes (offset, sizes, strides) with its Python attributes
+        # (torch's _rebuild_from_type_v2 state); it is rebuilt on its device when loaded (views of one storage on
+        # one device buffer), unless torch.load's map_location says otherwise (notes e9)
+        host = _host_copy(self)
+        cpu = torch.empty(0, dtype=self.dtype).set_(host, self.storage_offset(), self.size(), self.stride())
+        attrs = {k: v for k, v in self.__dict__.items() if k != "_is_param"}
+        args = (cpu, str(self.device), self.requires_grad) + ((attrs,) if attrs else ())
+        return (_rebuild_on_device, args)
 
     def __deepcopy__(self, memo):
         if getattr(self, "_is_param", False):
@@ -520,21 +526,56 @@ def _parse_to(*args, **kwargs):
 _load_map_location = __import__("threading").local()
 
 
-def _rebuild_on_device(cpu, device, requires_grad=False):
+_pickling = __import__("threading").local()  # the torch.save in progress: allocation id -> (allocation, host copy)
+
+
+def _host_copy(t):
+    """The host copy of t's whole storage for the torch.save in progress (one per allocation, so that views of one
+    storage are saved as views of one storage, as torch saves them), or a new one outside torch.save."""
+    copies = getattr(_pickling, "copies", None)
+    alloc = t._alloc
+    entry = copies.get(id(alloc)) if copies is not None else None
+    if entry is None:
+        with torch.no_grad():
+            host = torch.UntypedStorage(alloc.nbytes)
+            host.copy_(_storage_of(t))  # a synchronizing device-to-host copy of the storage's bytes
+        entry = (alloc, host)  # (the allocation kept: its id stays its own for the save)
+        if copies is not None:
+            copies[id(alloc)] = entry
+    return entry[1]
+
+
+def _rebuild_on_device(cpu, device, requires_grad=False, attrs=None):
     """Unpickle a simulated CUDA tensor: on its device inside a run (honouring torch.load's map_location, which
-    simdist.patches records), on the CPU outside one (a CPU build has no CUDA device to put it on)."""
+    simdist.patches records), on the CPU outside one (a CPU build has no CUDA device to put it on). Inside a run the
+    views of one saved storage share one device buffer for the torch.load in progress (`_load_map_location.devices`,
+    set by simdist.patches' torch.load), as torch rebuilds every tensor on its storage."""
     loc = getattr(_load_map_location, "value", None)
     if callable(loc):
-        return loc(cpu, device) if not isinstance(loc, (str, torch.device)) else cpu
-    if isinstance(loc, dict):
-        loc = loc.get(device, device)
-    target = torch.device(loc) if loc is not None else torch.device(device)
-    if target.type != "cuda" or current_rank() is None:
-        out = cpu if target.type == "cpu" or current_rank() is None else cpu.to(target)
+        out = loc(cpu, device) if not isinstance(loc, (str, torch.device)) else cpu
     else:
-        out = cpu.to(target)
-    if requires_grad:
-        out.requires_grad_(True)
+        if isinstance(loc, dict):
+            loc = loc.get(device, device)
+        target = torch.device(loc) if loc is not None else torch.device(device)
+        if target.type != "cuda" or current_rank() is None:
+            out = cpu if target.type == "cpu" or current_rank() is None else cpu.to(target)
+        elif cpu.device.type != "cpu":  # torch.load put the saved storage on a device already (patches.py moves)
+            out = cpu if cpu.device == target else cpu.to(target)
+        else:
+            devices = getattr(_load_map_location, "devices", None)
+            host = cpu.untyped_storage()
+            key = (host.data_ptr(), str(target))
+            entry = devices.get(key) if devices is not None else None
+            if entry is None:
+                entry = (torch.empty(0, dtype=torch.uint8).set_(host).to(target), host)
+                if devices is not None:
+                    devices[key] = entry
+            out = torch.empty(0, dtype=cpu.dtype, device=target).set_(
+                entry[0].untyped_storage(), cpu.storage_offset(), cpu.size(), cpu.stride())
+        if requires_grad:
+            out.requires_grad_(True)
+    for k, v in (attrs or {}).items():
+        setattr(out, k, v)
     return out
 
 
