@@ -14,8 +14,8 @@ from .engine.world import World
 from .faces.patches import Installed, TorchRankHooks, host_rng_states, set_host_rng_states
 from .ranks.threads import ThreadTransport
 from .result import RunResult, build_result
-from .session import (RunSpec, ScriptExit, default_nccl_profile, note_rank, rank_body, release_rank, script_main,
-                      take_outcome)
+from .session import (RunSpec, ScriptExit, default_nccl_profile, note_other_ranks_hazards, note_rank, rank_body,
+                      release_rank, script_main, take_outcome)
 
 __all__ = ["run", "run_script", "spawn", "script_main", "RunResult", "ScriptExit", "default_nccl_profile"]
 TRANSPORTS = ("threads", "processes")
@@ -126,9 +126,10 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
         try:
             if world.fatal is not None:
                 err = world.fatal
-                for rank in ranks:
-                    if rank.error is err:
-                        note_rank(err, rank.rank, world_size)
+                failed = next((rank.rank for rank in ranks if rank.error is err), None)
+                if failed is not None:
+                    note_rank(err, failed, world_size)
+                    note_other_ranks_hazards(err, failed, {rank.rank: list(rank.detector.order) for rank in ranks})
                 raise err
             World.check_finished([line for rank in ranks for line in rank.collectives.pending_lines()])
             tokens = {}

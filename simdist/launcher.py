@@ -28,9 +28,10 @@ import uuid
 from datetime import timedelta
 
 from .engine.errors import SimulationError
+from .engine.hazards import hazard_summary
 from .engine.world import World
 from .ranks.processes import put, take
-from .session import note_rank, rank_body, release_rank, take_outcome
+from .session import note_other_ranks_hazards, note_rank, rank_body, release_rank, take_outcome
 
 _ENV = "SIMDIST_RANK_PROCESS"  # host:port:prefix:rank of a rank process started by simdist.run
 PRELOAD = ("simdist.launcher:prepare_fork_server",)
@@ -177,6 +178,7 @@ def decide(store, prefix, world_size, watch=None):
         if err is not None:
             exc = _rebuild_error(err)
             note_rank(exc, err["rank"], world_size)
+            note_other_ranks_hazards(exc, err["rank"], {rep["rank"]: rep.get("hazards") or (0, []) for rep in reports})
             raise exc
         if deadlock:
             raise World.deadlock([rep["wait"] for rep in reports], pending)
@@ -303,6 +305,7 @@ class RankProcess:
                     watching.set()
                 report["over"] = transport.over
                 report["pending"] = me.collectives.pending_lines()
+                report["hazards"] = hazard_summary(list(me.detector.order))  # (another rank's exception: decide)
                 if me.error is not None:
                     _record_error(report, me.error)
                 elif transport.over is not None and transport.over[0] == "deadlock":

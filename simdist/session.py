@@ -14,6 +14,7 @@ import torch
 
 from .engine.allocator import recycle
 from .engine.errors import SimulationError
+from .engine.hazards import hazards_before_error_note
 from .engine.outcome import rank_outcome
 from .engine.policies import make_policy
 from .faces.c10d import auto_init
@@ -102,6 +103,18 @@ def rank_body(world, fn, args, kwargs, torchrun):
         finally:
             me.stack_base = None  # (the frame holds the program's arguments)
     return body
+
+
+def note_other_ranks_hazards(err, failed, hazards_by_rank):
+    """The hazards the other ranks had found when rank `failed`'s program raised: values a race damaged on one
+    rank reach another through a collective, and that rank's crash is where the run ends (f-series f3)."""
+    if not hasattr(err, "add_note"):
+        return
+    for r in sorted(hazards_by_rank):
+        if r != failed:
+            note = hazards_before_error_note(r, hazards_by_rank[r], failed=failed)
+            if note:
+                err.add_note(note)
 
 
 def note_rank(err, rank, world_size):

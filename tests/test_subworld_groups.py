@@ -153,3 +153,32 @@ def test_a_group_over_a_tcpstore_the_program_made_runs_and_learns_its_members(tr
         assert torch.equal(res.returns[r]["bcast"], torch.full((4,), 31.0))
         assert res.returns[r]["joined"] == 3          # every member's add reached one store
     assert res.returns[1] == {}
+
+
+def _race_on_rank0_crash_on_rank1():
+    """Rank 0 broadcasts from a side stream that never waited for the kernel writing the tensor; rank 1 asserts
+    on what it received."""
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    t = torch.empty(1 << 22, device="cuda")
+    if rank == 0:
+        t.fill_(1.0).mul_(3.0)                         # two kernels on the current stream, 16 MiB each
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):                  # no side.wait_stream(current_stream())
+            dist.broadcast(t, 0)
+        torch.cuda.current_stream().wait_stream(side)
+    else:
+        dist.broadcast(t, 0)
+        assert bool((t == 3.0).all()), "received damaged weights"
+    dist.barrier()
+
+
+@pytest.mark.parametrize("transport", ["threads", "processes"])
+def test_an_exception_caused_by_another_ranks_race_names_that_race(transport):
+    """f-series f3: values a race damaged on rank 0 reach rank 1 through the broadcast, and rank 1's assert ends
+    the run; its exception now lists rank 0's hazards too (w6's note listed only the raising rank's own)."""
+    with pytest.raises(AssertionError, match="received damaged weights") as ei:
+        simdist.run(_race_on_rank0_crash_on_rank1, world_size=2, seed=0, transport=transport)
+    notes = "\n".join(getattr(ei.value, "__notes__", []))
+    assert "rank 0 had found 1 hazard(s) before rank 1's exception" in notes, notes
+    assert "read-after-write [OBSERVED: values damaged]" in notes and "nccl:broadcast" in notes, notes

@@ -107,17 +107,28 @@ _HOST_WRITE_ADVICE = (
     "stream.synchronize()); or keep one pinned buffer per copy in flight.")
 
 
-def hazards_before_error_note(rank, hazards):
-    """The note an exception of rank `rank`'s program gets when the rank had already found hazards: a crash on
-    values a race damaged (a garbage split size, a NaN check) says what damaged them. None when there are none."""
-    if not hazards:
-        return None
-    lines = [f"simdist: rank {rank} had found {len(hazards)} hazard(s) before this exception; it may follow from "
-             "them (the full reports come with a run that completes):"]
+def hazard_summary(hazards):
+    """(how many, one line each for the first five, then "... and k more"): what an error note says of a rank's
+    hazards, as plain data that travels between rank processes (a Hazard holds frames)."""
+    out = []
     for h in hazards[:5]:
         fs, ss = h.first.site, h.second.site
-        lines.append(f"  {h.kind}{' [OBSERVED: values damaged]' if h.observed else ''}: {h.first.op} "
-                     f"({fs[0]}:{fs[1]}) then {h.second.op} ({ss[0]}:{ss[1]}), not ordered")
+        out.append(f"  {h.kind}{' [OBSERVED: values damaged]' if h.observed else ''}: {h.first.op} "
+                   f"({fs[0]}:{fs[1]}) then {h.second.op} ({ss[0]}:{ss[1]}), not ordered")
     if len(hazards) > 5:
-        lines.append(f"  ... and {len(hazards) - 5} more")
-    return "\n".join(lines)
+        out.append(f"  ... and {len(hazards) - 5} more")
+    return len(hazards), out
+
+
+def hazards_before_error_note(rank, hazards, failed=None):
+    """The note an exception of rank `rank`'s program gets when the rank had already found hazards: a crash on
+    values a race damaged (a garbage split size, a NaN check) says what damaged them. None when there are none.
+    `hazards`: the Hazards, or their hazard_summary. `failed`: the rank whose program raised, when that is
+    another one (the damaged values may have come to it through a collective: f-series f3)."""
+    n, body = hazards if isinstance(hazards, tuple) else hazard_summary(hazards)
+    if not n:
+        return None
+    before = "this exception" if failed in (None, rank) else f"rank {failed}'s exception"
+    lines = [f"simdist: rank {rank} had found {n} hazard(s) before {before}; it may follow from "
+             "them (the full reports come with a run that completes):"]
+    return "\n".join(lines + body)
