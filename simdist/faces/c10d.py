@@ -1488,19 +1488,6 @@ _SUBWORLD_PREFIX = "simdist-subworld/"
 class _SubworldStore(dist.PrefixStore):
     """The store a sub-world rendezvous gives: the world's program store under the rendezvous' own prefix."""
 
-    _simdist_subworld = True
-
-
-def _subworld_store(store):
-    """Whether `store` is (a prefix of) a store a sub-world rendezvous gave (_rendezvous)."""
-    for _ in range(16):
-        if getattr(store, "_simdist_subworld", False):
-            return True
-        store = getattr(store, "underlying_store", None)
-        if store is None:
-            return False
-    return False
-
 
 def _rendezvous(url, rank=-1, world_size=-1, **kwargs):
     """c10d's rendezvous inside a simulated rank: the world's program store (_program_store). Ranks never meet
@@ -1634,7 +1621,6 @@ class _TCPStoreMeta(type):
         st = _ProgramTCPStore(f"simdist-tcpstore/{host_name}:{int(port)}/", _program_store(me.world))
         st.set_timeout(timeout)
         st.host, st.port, st.libuvBackend = host_name, int(port), bool(use_libuv)
-        st._simdist_subworld = True
         state(me).subworld_stores.append(st)  # kept alive (see _rendezvous)
         return st
 
