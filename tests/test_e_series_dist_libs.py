@@ -272,3 +272,36 @@ def test_torch_save_keeps_a_storages_views_and_a_tensors_attributes():
     cpu, cuda = simdist.run(fn).returns[0]
     assert cuda == cpu
     assert cpu[1] == [3.0, 4.0] and cpu[2] == (1, 3) and cpu[4] == 7 and cpu[6] == [12.0, 13.0]
+
+
+def test_a_saved_parameter_loads_as_a_parameter():
+    """nn.Parameter.__reduce_ex__ pickles torch._utils._rebuild_parameter(_with_state): torch.load gives an
+    nn.Parameter with its requires_grad and Python attributes, so a whole module saved with torch.save loads with
+    Parameters. A simulated parameter loaded as a plain tensor (isinstance(p, nn.Parameter) False, in the module's
+    _parameters too; notes e10). Checked against the same code on CPU tensors, map_location='cpu' too."""
+    import io
+
+    def fn():
+        out = []
+        for dev in ("cpu", "cuda"):
+            m = torch.nn.Linear(2, 2).to(dev)
+            m.weight.tp = 1
+            buf = io.BytesIO()
+            torch.save(m, buf)
+            buf.seek(0)
+            m2 = torch.load(buf, weights_only=False)
+            p = torch.nn.Parameter(torch.ones(3, device=dev), requires_grad=False)
+            buf = io.BytesIO()
+            torch.save({"p": p}, buf)
+            buf.seek(0)
+            p2 = torch.load(buf)["p"]
+            buf.seek(0)
+            p3 = torch.load(buf, map_location="cpu")["p"]
+            m2(torch.ones(1, 2, device=dev)).sum().backward()
+            out.append([isinstance(m2.weight, torch.nn.Parameter), m2.weight.grad is not None,
+                        getattr(m2.weight, "tp", None), isinstance(p2, torch.nn.Parameter), p2.requires_grad,
+                        isinstance(p3, torch.nn.Parameter), p3.device.type])
+        return out
+
+    cpu, cuda = simdist.run(fn).returns[0]
+    assert cuda == cpu == [True, True, 1, True, False, True, "cpu"]

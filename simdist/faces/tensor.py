@@ -389,7 +389,11 @@ class SimTensor(torch.Tensor):
         host = _host_copy(self)
         cpu = torch.empty(0, dtype=self.dtype).set_(host, self.storage_offset(), self.size(), self.stride())
         attrs = {k: v for k, v in self.__dict__.items() if k != "_is_param"}
-        args = (cpu, str(self.device), self.requires_grad) + ((attrs,) if attrs else ())
+        args = (cpu, str(self.device), self.requires_grad)
+        if getattr(self, "_is_param", False):  # nn.Parameter.__reduce_ex__: loaded as a Parameter (notes e10)
+            args += (attrs, True)
+        elif attrs:
+            args += (attrs,)
         return (_rebuild_on_device, args)
 
     def __deepcopy__(self, memo):
@@ -545,11 +549,12 @@ def _host_copy(t):
     return entry[1]
 
 
-def _rebuild_on_device(cpu, device, requires_grad=False, attrs=None):
+def _rebuild_on_device(cpu, device, requires_grad=False, attrs=None, param=False):
     """Unpickle a simulated CUDA tensor: on its device inside a run (honouring torch.load's map_location, which
     simdist.patches records), on the CPU outside one (a CPU build has no CUDA device to put it on). Inside a run the
     views of one saved storage share one device buffer for the torch.load in progress (`_load_map_location.devices`,
-    set by simdist.patches' torch.load), as torch rebuilds every tensor on its storage."""
+    set by simdist.patches' torch.load), as torch rebuilds every tensor on its storage. A saved parameter comes back
+    as an nn.Parameter with its attributes (torch/_utils.py _rebuild_parameter_with_state)."""
     loc = getattr(_load_map_location, "value", None)
     if callable(loc):
         out = loc(cpu, device) if not isinstance(loc, (str, torch.device)) else cpu
@@ -572,8 +577,10 @@ def _rebuild_on_device(cpu, device, requires_grad=False, attrs=None):
                     devices[key] = entry
             out = torch.empty(0, dtype=cpu.dtype, device=target).set_(
                 entry[0].untyped_storage(), cpu.storage_offset(), cpu.size(), cpu.stride())
-        if requires_grad:
+        if requires_grad and not param:
             out.requires_grad_(True)
+    if param:  # torch._utils._rebuild_parameter(_with_state): a Parameter of the data, its requires_grad
+        out = torch.nn.Parameter(out, requires_grad)
     for k, v in (attrs or {}).items():
         setattr(out, k, v)
     return out
