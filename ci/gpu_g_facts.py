@@ -6,6 +6,9 @@
 - peer_copy: under CUDA_LAUNCH_BLOCKING=1 and without it, whether `t.to("cuda:1")` / `copy_` from cuda:0 (with and
   without non_blocking) returns with the source's or the destination's stream still busy (a _sleep queued first
   on either), i.e. which streams a cross-device copy orders and whether the host waits for it.
+- expandable: a sequence of large allocations, a free, empty_cache and a regrowth under
+  expandable_segments:True (and False): block offsets, memory_stats figures after each step (CUDACachingAllocator.cpp
+  try_allocate_expandable_block / map_block / unmap_block), as tests/test_g_series.py asserts them from the source.
 - stream_ids: stream_id / cuda_stream / device_index / device_type of default, side, high-priority and external
   streams per device, torch.cuda.Stream(stream_id=..., device_index=..., device_type=...) round trips, and
   equality / hash of the same stream reached twice.
@@ -124,6 +127,47 @@ def stream_ids():
     return out
 
 
+def expandable():
+    """tests/test_g_series.py _expandable_prog's sequence under PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    (the child sets it): block offsets from the first block (MiB), memory figures after each step, and whether a
+    page mapped again reads as the earlier tensor's bytes."""
+    import torch
+    MiB = 1 << 20
+    keys = ("allocated_bytes.all.current", "reserved_bytes.all.current", "segment.all.current",
+            "inactive_split.all.current", "inactive_split_bytes.all.current", "num_device_alloc", "num_device_free")
+    out = {"conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), "steps": []}
+
+    def step(name):
+        st = torch.cuda.memory_stats()
+        out["steps"].append([name, {k: st.get(k) for k in keys}])
+    a = torch.empty(int(4.5 * MiB), dtype=torch.uint8, device="cuda")
+    step("a 4.5")
+    b = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")
+    step("b 16")
+    c = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")
+    step("c 30")
+    base = a.data_ptr()
+    offs = [(t.data_ptr() - base) / MiB for t in (a, b, c)]
+    del b
+    f = torch.empty(9 * MiB, dtype=torch.uint8, device="cuda")
+    step("f 9")
+    offs.append((f.data_ptr() - base) / MiB)
+    f.fill_(1)
+    c.fill_(1)
+    del f, c
+    torch.cuda.empty_cache()
+    step("empty_cache")
+    g = torch.empty(60 * MiB, dtype=torch.uint8, device="cuda")
+    step("g 60")
+    offs.append((g.data_ptr() - base) / MiB)
+    out["offsets_mib"] = offs
+    out["remapped_reads_old_ones"] = bool((g.view(torch.float32)[10 * MiB:10 * MiB + 4] == 1).all().item())
+    s = torch.empty(100, device="cuda")
+    out["small_pool_offset_mib"] = (s.data_ptr() - base) / MiB
+    step("small")
+    return out
+
+
 def child(mode):
     r = subprocess.run([sys.executable, __file__, mode], capture_output=True, text=True, timeout=300)
     try:
@@ -144,7 +188,17 @@ if __name__ == "__main__":
             out["peer_copy_launch_blocking"] = json.loads(r.stdout.strip().splitlines()[-1])
         except Exception:  # noqa: BLE001
             out["peer_copy_launch_blocking"] = {"rc": r.returncode, "stderr": r.stderr[-1500:]}
+        for conf in ("expandable_segments:True", "expandable_segments:False"):
+            e = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+            r = subprocess.run([sys.executable, __file__, "expandable"], env=e, capture_output=True, text=True,
+                               timeout=300)
+            try:
+                out[f"expandable:{conf}"] = json.loads(r.stdout.strip().splitlines()[-1])
+            except Exception:  # noqa: BLE001
+                out[f"expandable:{conf}"] = {"rc": r.returncode, "stderr": r.stderr[-1500:]}
         print(json.dumps(out, indent=1))
+    elif MODE == "expandable":
+        print(json.dumps(expandable()))
     elif MODE == "peer_copy":
         print(json.dumps(peer_copy()))
     elif MODE == "stream_ids":

@@ -337,3 +337,45 @@ def test_stream_ids_are_the_ones_a_gpu_gives_and_name_their_streams_back():
     res = simdist.run(prog, device_count=2)
     want = ([0, 3, 35, 5, 9], 3, True, 0, True, True, [0, 1, 2, 3, 4], 5)
     assert res.returns == [(0, {0: want, 1: want})]
+
+
+def _expandable_prog():
+    """Offsets (MiB, from the first block) of a sequence of large blocks, as expandable segments place them."""
+    MiB = 1 << 20
+    a = torch.empty(int(4.5 * MiB), dtype=torch.uint8, device="cuda")  # maps one 20 MiB page: a, free 15.5
+    b = torch.empty(16 * MiB, dtype=torch.uint8, device="cuda")         # no free block fits: the free 15.5 grows
+    c = torch.empty(30 * MiB, dtype=torch.uint8, device="cuda")         # likewise, from b's rest
+    base = a.data_ptr()
+    offs = [(t.data_ptr() - base) / MiB for t in (a, b, c)]
+    del b                                                               # free 16 MiB at 4.5; tail free 9.5 at 50.5
+    f = torch.empty(9 * MiB, dtype=torch.uint8, device="cuda")          # fits both: the tail counts as growable
+    offs.append((f.data_ptr() - base) / MiB)
+    f.fill_(1)
+    c.fill_(1)
+    del f, c                                                            # [4.5, 60) free, one block
+    torch.cuda.empty_cache()                                            # its whole pages [20, 60) are unmapped
+    g = torch.empty(60 * MiB, dtype=torch.uint8, device="cuda")         # the free 15.5 at 4.5 grows by 3 pages
+    offs.append((g.data_ptr() - base) / MiB)
+    fresh = g.view(torch.float32)[10 * MiB:10 * MiB + 4]                # at 44.5 MiB: a page mapped again
+    return offs, torch.cuda.memory_allocated(), bool(torch.isnan(fresh).all().item())
+
+
+def test_expandable_segments_grow_the_streams_segment_instead_of_making_new_ones(monkeypatch):
+    """c10/cuda/CUDACachingAllocator.cpp with expandable_segments:True (torch 2.11 and 2.13): alloc_block calls
+    try_allocate_expandable_block instead of cudaMalloc: find_expandable_block takes the lowest unmapped range of the
+    stream's one segment of address space, with the free block just before it when there is one
+    (`if (allocatable(c->prev)) c = c->prev`), map_block maps whole pages (kLargeBuffer, 20 MiB, in the large pool)
+    and merges them with that block; get_free_block's best fit counts a block followed by unmapped space as the size
+    it can grow to (`expandable_size`), so another block that fits is taken before it; release_cached_blocks unmaps
+    every free block's whole pages (unmap_block). simdist made a new segment (a cudaMalloc of segment_size) wherever
+    no free block fitted, so the blocks, their addresses and the bytes a new tensor starts with were the default
+    allocator's. Offsets here are what the source gives (ci/gpu_g_facts.py `expandable` measures them on a GPU)."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    res = simdist.run(_expandable_prog)
+    offs, allocated, fresh_poison = res.returns[0]
+    assert offs == [0.0, 4.5, 20.5, 4.5, 4.5], offs
+    assert allocated == int(4.5 * (1 << 20)) + 60 * (1 << 20)
+    assert fresh_poison  # pages mapped again hold no earlier tensor's bytes
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
+    offs, _, _ = simdist.run(_expandable_prog).returns[0]
+    assert offs[:4] != [0.0, 4.5, 20.5, 4.5]  # the default allocator's segments (the rule is about the setting)

@@ -19,6 +19,7 @@ Rules mirrored from c10/cuda/CUDACachingAllocator.cpp:
 """
 from __future__ import annotations
 
+import mmap
 import os
 from bisect import bisect_left as _bisect_left, insort as _insort
 
@@ -78,6 +79,23 @@ def _take_buffer(size):
                                    f"could not allocate it to hold the simulated device's bytes ({e})") from None
 
 
+# expandable_segments:True (c10/cuda/CUDACachingAllocator.cpp ExpandableSegment): one segment of virtual address
+# space per stream and pool, mapped in pages of kSmallBuffer / kLargeBuffer, sized for 1 1/8 of the device's memory
+EXPANDABLE_ADDRESS_SPACE = DEVICE_MEMORY + DEVICE_MEMORY // 8
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux: address space only, pages committed when touched
+
+
+def _virtual_buffer(size):
+    """A CPU byte buffer of `size` whose pages the host commits only when they are touched (an expandable segment's
+    address space: the pages a program maps are the only ones written)."""
+    try:
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+    except (OSError, ValueError) as e:
+        raise UnsupportedOperation(f"an expandable segment's {format_size(size)} of address space could not be "
+                                   f"reserved on this host to hold the simulated device's bytes ({e})") from None
+    return torch.frombuffer(m, dtype=torch.uint8)
+
+
 def format_size(n):
     """c10/cuda/CUDACachingAllocator.cpp format_size: bytes, KiB, MiB or GiB with two decimals."""
     if n <= 1024:
@@ -103,9 +121,10 @@ def recycle(memory):
 class Segment:
     """One cudaMalloc: a CPU byte buffer that tensors view."""
 
-    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison", "typed", "pool_key")
+    __slots__ = ("id", "data", "size", "stream", "small", "graveyard", "live", "hwm", "poison", "typed", "pool_key",
+                 "expandable", "page", "unmapped", "base")
 
-    def __init__(self, sid, size, stream, small, poison_byte):
+    def __init__(self, sid, size, stream, small, poison_byte, expandable=False):
         self.id = sid
         self.size = size
         self.stream = stream
@@ -116,7 +135,13 @@ class Segment:
         # the start), so a segment costs only what its tensors use
         self.hwm = 0
         self.poison = poison_byte
-        self.data = _take_buffer(size)
+        # an expandable segment (DeviceMemory._expandable_block): its pages, its unmapped blocks by offset, and
+        # its own range of addresses (data_ptr), apart from cudaMalloc'd segments' (faces: SimTensor.data_ptr)
+        self.expandable = expandable
+        self.page = (SMALL_BUFFER if small else LARGE_BUFFER) if expandable else None
+        self.unmapped = [] if expandable else None
+        self.base = None
+        self.data = _virtual_buffer(size) if expandable else _take_buffer(size)
         self.typed = {}  # dtype -> the whole segment viewed as that dtype (one as_strided per tensor then)
         # shadow records of freed blocks, kept so that a reuse of the bytes can
         # be checked against accesses still in flight (reuse-after-free)
@@ -127,7 +152,8 @@ class Block:
     """A span of a segment. Its segment and offset never change (a split makes a new block for the rest, a merge
     grows the block in front), so a view of its bytes stays valid for as long as the block lives."""
 
-    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key", "view_key", "view", "prior")
+    __slots__ = ("segment", "offset", "size", "allocated", "prev", "next", "pool_key", "view_key", "view", "prior",
+                 "mapped")
 
     def __init__(self, segment, offset, size):
         self.segment = segment
@@ -144,6 +170,15 @@ class Block:
         # _allocate_layout): a block reused for the same layout gets the same view object back
         self.view_key = None
         self.view = None
+        self.mapped = True  # False: address space of an expandable segment with no pages mapped
+
+
+class _Remap(Exception):
+    """An expandable segment could not map the pages an allocation needs (alloc_block failed): free the cache and
+    try again (CUDACachingAllocator malloc's retry)."""
+
+    def __init__(self, size, nbytes):
+        self.size, self.nbytes = size, nbytes
 
 
 class Allocation:
@@ -243,10 +278,23 @@ class DeviceMemory:
             self._process_pending_frees()
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
-        pool = self.pools.get((stream.id, small))
-        block = None
+        if self.expandable:
+            try:
+                block = self._expandable_block(size, small, stream)
+            except _Remap as r:
+                self._out_of_memory(size, r.nbytes)  # empty_cache (unmapping free pages) or OutOfMemoryError
+                try:
+                    block = self._expandable_block(size, small, stream)
+                except _Remap as r2:
+                    self._raise_oom(size, r2.nbytes)
+            pool = None
+        else:
+            pool = self.pools.get((stream.id, small))
+            block = None
         if pool:
             i = _bisect_left(pool, (size,))
+            while i < len(pool) and pool[i][4].segment.expandable:
+                i += 1  # expandable segments turned off: get_free_block takes none of their blocks
             if i < len(pool):
                 block = pool.pop(i)[4]  # _remove, at the index just found
                 block.pool_key = None
@@ -265,6 +313,7 @@ class DeviceMemory:
             block = Block(seg, 0, seg_bytes)
         st = self.stats
         already_split = block.prev is not None or block.next is not None
+        expandable = block.segment.expandable
         remaining = block.size - size
         if remaining >= MIN_BLOCK if (small or self.expandable) else remaining > SMALL_SIZE:
             rest = Block(block.segment, block.offset + size, remaining)
@@ -282,6 +331,8 @@ class DeviceMemory:
         elif already_split:  # an inactive split block becomes active whole
             split_blocks, split_bytes = -1, -block.size
         else:
+            split_blocks = split_bytes = 0
+        if expandable:  # free_block / alloc_found_block: "we simply just exclude expandable segments from inactive_split"
             split_blocks = split_bytes = 0
         # alloc_found_block's figures (engine/allocator_stats.py: allocation, allocated_bytes, active,
         # active_bytes, requested_bytes, inactive_split, inactive_split_bytes)
@@ -324,6 +375,9 @@ class DeviceMemory:
         self.num_alloc_retries += 1
         if self._fits(seg_bytes):
             return
+        self._raise_oom(size, seg_bytes)
+
+    def _raise_oom(self, size, seg_bytes):
         self.num_ooms += 1
         free = DEVICE_MEMORY - self.reserved_bytes
         allowed = f"{format_size(self.limit)} allowed; " if self.limit is not None else ""
@@ -335,6 +389,167 @@ class DeviceMemory:
             "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "
             "to avoid fragmentation.  See documentation for Memory Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+
+    # --- expandable segments (c10/cuda/CUDACachingAllocator.cpp, expandable_segments:True) --------------
+    def _expandable_block(self, size, small, stream):
+        """The free block an allocation of `size` takes, removed from its pool: get_free_block's best fit, where a
+        block followed by unmapped address space counts as the size it can grow to (so another block that fits is
+        preferred to it); else try_allocate_expandable_block: the lowest unmapped range of the stream's segment
+        (with the free block just before it, when there is one) that has room, its pages mapped as needed and
+        merged with that free block; a new segment of address space when none has room."""
+        pool = self.pools.get((stream.id, small))
+        if pool:
+            i = _bisect_left(pool, (size,))
+            if i < len(pool):
+                while (pool[i][4].segment.expandable and i + 1 < len(pool)
+                       and _growable(pool[i + 1][4]) < _growable(pool[i][4])):
+                    i += 1
+                block = pool.pop(i)[4]
+                block.pool_key = None
+                return block
+        c = None
+        for seg in self.segments:
+            if not (seg.expandable and seg.data is not None and seg.stream is stream and seg.small == small):
+                continue
+            for u in seg.unmapped:
+                c = u.prev if _allocatable(u.prev) else u
+                if _room(c, size):
+                    break
+                c = None
+            if c is not None:
+                break
+        if c is None:
+            page = SMALL_BUFFER if small else LARGE_BUFFER
+            seg = Segment(len(self.segments), -(-EXPANDABLE_ADDRESS_SPACE // page) * page, stream, small,
+                          self.poison_byte, expandable=True)
+            k = sum(1 for sg in self.segments if sg.expandable)
+            seg.base = 0x1_0000_0000_0000 + (self.device_index << 44) + (k << 38)
+            self.segments.append(seg)
+            c = Block(seg, 0, seg.size)
+            c.mapped = False
+            seg.unmapped.append(c)
+        if not c.mapped:
+            c = self._map(c, min(c.size, size))
+        while c.size < size:  # free -> unmapped -> ...: map what is missing, merged into c
+            c = self._map(c.next, min(size - c.size, c.next.size))
+        self._remove(c)
+        return c
+
+    def _map(self, b, size):
+        """map_block: whole pages from the start of unmapped block `b` covering `size`; the rest stays unmapped;
+        the mapped block merges with free mapped neighbours and joins its pool. Returns the merged block."""
+        seg = b.segment
+        lo = b.offset
+        hi = min(lo + -(-size // seg.page) * seg.page, lo + b.size)
+        n = hi - lo
+        if not self._fits(n):
+            raise _Remap(size, n)
+        seg.unmapped.remove(b)
+        if n < b.size:
+            rest = Block(seg, hi, b.size - n)
+            rest.mapped = False
+            rest.prev, rest.next = b, b.next
+            if b.next is not None:
+                b.next.prev = rest
+            b.next = rest
+            b.size = n
+            seg.unmapped.append(rest)
+            seg.unmapped.sort(key=lambda x: x.offset)
+        b.mapped = True
+        if lo < seg.hwm:  # pages mapped again: not the bytes they held (poison, as fresh memory)
+            seg.data[lo:min(hi, seg.hwm)].fill_(seg.poison)
+        p = b.prev
+        if p is not None and _allocatable(p) and p.mapped:
+            self._remove(p)
+            if b.prior is not None:
+                p.prior = merge_priors(p.prior, b.prior)
+            p.size += b.size
+            p.next = b.next
+            if b.next is not None:
+                b.next.prev = p
+            b = p
+        nx = b.next
+        if nx is not None and _allocatable(nx) and nx.mapped:
+            self._remove(nx)
+            b.size += nx.size
+            b.next = nx.next
+            if nx.next is not None:
+                nx.next.prev = b
+            if nx.prior is not None:
+                b.prior = merge_priors(b.prior, nx.prior)
+        self._insert(b)
+        self.reserved_bytes += n
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
+        self.stats.up("reserved_bytes", seg.small, n)
+        self.stats.num_device_alloc += 1
+        return b
+
+    def _unmap_free_pages(self):
+        """release_cached_blocks with expandable segments (release_blocks -> unmap_block): every free block's whole
+        pages are unmapped (the partial pages at its ends stay mapped, free), merged with unmapped neighbours; a
+        segment left with no page mapped is released (release_expandable_segment)."""
+        for key, pool in list(self.pools.items()):
+            for entry in list(pool):
+                b = entry[4]
+                seg = b.segment
+                if not seg.expandable or b.pool_key is None:
+                    continue
+                lo = -(-b.offset // seg.page) * seg.page
+                hi = (b.offset + b.size) // seg.page * seg.page
+                if hi <= lo:
+                    continue
+                # ExpandableSegment::unmapHandles: `cudaStreamSynchronize(stream_)` first ("MemUnmap and MemRelease
+                # do not appear to synchronize in all cases"): the host waits for the segment's stream
+                owner = self.owner
+                owner.wait_op(seg.stream.record_marker(owner.host),
+                              "torch.cuda.empty_cache() (an expandable segment's pages unmapped)")
+                self._remove(b)
+                end = b.offset + b.size
+                if lo > b.offset:  # the partial page before stays a free block
+                    b.size = lo - b.offset
+                    self._insert(b)
+                    mid = Block(seg, lo, hi - lo)
+                    mid.prev, mid.next = b, b.next
+                    if b.next is not None:
+                        b.next.prev = mid
+                    b.next = mid
+                else:
+                    mid = b
+                    mid.size = hi - lo
+                mid.mapped = False
+                if end > hi:  # and the partial page after
+                    after = Block(seg, hi, end - hi)
+                    after.prior = mid.prior
+                    after.prev, after.next = mid, mid.next
+                    if mid.next is not None:
+                        mid.next.prev = after
+                    mid.next = after
+                    self._insert(after)
+                self.reserved_bytes -= hi - lo
+                self.stats.down("reserved_bytes", seg.small, hi - lo)
+                self.stats.num_device_free += 1
+                p = mid.prev
+                if p is not None and not p.mapped:
+                    p.size += mid.size
+                    p.next = mid.next
+                    if mid.next is not None:
+                        mid.next.prev = p
+                    mid = p
+                else:
+                    seg.unmapped.append(mid)
+                nx = mid.next
+                if nx is not None and not nx.mapped:
+                    mid.size += nx.size
+                    mid.next = nx.next
+                    if nx.next is not None:
+                        nx.next.prev = mid
+                    seg.unmapped.remove(nx)
+                seg.unmapped.sort(key=lambda x: x.offset)
+        for seg in self.segments:
+            if seg.expandable and seg.data is not None and len(seg.unmapped) == 1 and seg.unmapped[0].size == seg.size:
+                seg.data = None  # its whole address space released
+                seg.typed = {}
+                seg.unmapped = []
 
     def set_fraction(self, fraction):
         """setMemoryFraction: allowed_memory_maximum = fraction * the device's total memory."""
@@ -440,11 +655,13 @@ class DeviceMemory:
     def empty_cache(self):
         self._process_pending_frees()
         self.stats.num_sync_all_streams += 1  # release_cached_blocks: synchronize_and_free_events first
+        self._unmap_free_pages()
         for key, pool in list(self.pools.items()):
             keep = []
             for entry in pool:
                 b = entry[4]
-                if b.prev is None and b.next is None and b.offset == 0 and b.size == b.segment.size:
+                if (not b.segment.expandable and b.prev is None and b.next is None and b.offset == 0
+                        and b.size == b.segment.size):
                     self.reserved_bytes -= b.size
                     self.stats.down("segment", b.segment.small, 1)
                     self.stats.down("reserved_bytes", b.segment.small, b.size)
@@ -454,3 +671,24 @@ class DeviceMemory:
                 else:
                     keep.append(entry)
             self.pools[key] = keep
+
+
+def _allocatable(b):
+    """find_expandable_block's `allocatable`: a block no one holds and no pending free waits for (a free, mapped
+    block in its pool, or unmapped address space)."""
+    return b is not None and not b.allocated and (b.pool_key is not None or not b.mapped)
+
+
+def _room(c, size):
+    """has_available_address_space: the free and unmapped blocks from `c` on hold `size` bytes."""
+    n = 0
+    while n < size and _allocatable(c):
+        n += c.size
+        c = c.next
+    return n >= size
+
+
+def _growable(b):
+    """get_free_block's expandable_size: a block's size and the unmapped space right after it."""
+    nx = b.next
+    return b.size + (nx.size if nx is not None and not nx.mapped else 0)

@@ -189,6 +189,8 @@ class SimStorage:
         blk = a.block
         if blk is None or not a.nbytes:
             return 0  # the caching allocator gives no memory (a null pointer) for 0 bytes
+        if blk.segment.base is not None:  # an expandable segment's own range of addresses
+            return blk.segment.base + blk.offset
         return 0x7F00_0000_0000 + (self._dev.index << 40) + (blk.segment.id << 28) + blk.offset
 
     def resize_(self, nbytes):

@@ -325,6 +325,9 @@ class SimTensor(torch.Tensor):
         a = self._alloc
         blk = a.block
         seg = blk.segment.id if blk is not None else 0
+        base = blk.segment.base if blk is not None else None
+        if base is not None:  # an expandable segment's own range of addresses
+            return base + self._inner.storage_offset() * self._inner.element_size()
         return (0x7F00_0000_0000 + (self._dev.index << 40) + (seg << 28)
                 + self._inner.storage_offset() * self._inner.element_size())
 
