@@ -305,3 +305,31 @@ def test_a_saved_parameter_loads_as_a_parameter():
 
     cpu, cuda = simdist.run(fn).returns[0]
     assert cuda == cpu == [True, True, 1, True, False, True, "cpu"]
+
+
+def test_torch_load_of_a_dtensor_state_dict_in_a_rank():
+    """torch.load rebuilds a DTensor through torch._utils._rebuild_wrapper_subclass, whose _get_restore_location
+    refuses a callable map_location; simdist's torch.load in a rank passes one of its own (it keeps storages bound
+    for a device on the host), so loading an FSDP2 / DTensor state dict raised "Callable map_location not supported
+    with _rebuild_wrapper_subclass" where a GPU loads it (notes e11). The program's own map_location decides."""
+    import io
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    def fn():
+        mesh = init_device_mesh("cuda", (2,))
+        d = distribute_tensor(torch.arange(8.0, device="cuda"), mesh, [Shard(0)])
+        buf = io.BytesIO()
+        torch.save({"w": d}, buf)
+        buf.seek(0)
+        back = torch.load(buf, weights_only=False)["w"]
+        buf.seek(0)
+        host = torch.load(buf, map_location="cpu", weights_only=False)["w"]
+        return (type(back).__name__, str(back.device), back.placements == d.placements, back.to_local().tolist(),
+                str(host.to_local().device), back.full_tensor().tolist() == list(map(float, range(8))))
+
+    r = simdist.run(fn, world_size=2, torchrun=True).returns
+    assert r == [("DTensor", "cuda:0", True, [0.0, 1.0, 2.0, 3.0], "cpu", True),
+                 ("DTensor", "cuda:1", True, [4.0, 5.0, 6.0, 7.0], "cpu", True)]

@@ -533,6 +533,23 @@ class _StoragesStayOnHost:
         return torch.serialization.default_restore_location(storage, str(target))
 
 
+_orig_get_restore_location = torch._utils._get_restore_location
+
+
+def _get_restore_location(device):
+    """torch._utils._get_restore_location (where torch.load rebuilds a wrapper subclass: DTensor, via
+    _rebuild_wrapper_subclass) refuses a callable map_location, which simdist's torch.load passes for a load in a
+    rank (_StoragesStayOnHost): answered with the program's own map_location, as torch.load on a GPU answers it
+    (a DTensor state dict's torch.load raised "Callable map_location not supported", notes e11)."""
+    m = torch.serialization._serialization_tls.map_location
+    if isinstance(m, _StoragesStayOnHost):
+        user = m.map_location
+        if user is None:
+            return device
+        return user.get(device, device) if isinstance(user, dict) else user
+    return _orig_get_restore_location(device)
+
+
 _orig_rebuild_tensor_v2 = torch._utils._rebuild_tensor_v2
 
 
@@ -638,6 +655,7 @@ def _patch_list():
         (torch, "load", _torch_load),
         (torch, "save", _torch_save),
         (torch._utils, "_rebuild_tensor_v2", _rebuild_tensor_v2),
+        (torch._utils, "_get_restore_location", _get_restore_location),
         (_weights_only_allowed(), "torch._utils._rebuild_tensor_v2", _rebuild_tensor_v2),
         (torch.serialization, "location_tag", location_tag_checked(torch.serialization.location_tag)),
         (_eval_frame, "_callback_from_stance", _compile_eagerly),
