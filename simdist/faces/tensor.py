@@ -389,6 +389,8 @@ class SimTensor(torch.Tensor):
         # viewing it, and the tensor is its view of those bytes (offset, sizes, strides) with its Python attributes
         # (torch's _rebuild_from_type_v2 state); it is rebuilt on its device when loaded (views of one storage on
         # one device buffer), unless torch.load's map_location says otherwise (notes e9)
+        if current_rank() is None:  # after its run (an exception carrying a tensor to the caller): no device work
+            return (_rebuild_on_device, (self.detach().cpu(), str(self.device), self.requires_grad))  # can run
         host = _host_copy(self)
         cpu = torch.empty(0, dtype=self.dtype).set_(host, self.storage_offset(), self.size(), self.stride())
         attrs = {k: v for k, v in self.__dict__.items() if k != "_is_param"}
