@@ -11,7 +11,8 @@ import torch
 from .engine.context import current_rank
 from .engine.errors import DeterminismError
 from .engine.world import World
-from .faces.patches import Installed, TorchRankHooks, host_rng_states, set_host_rng_states
+from .faces.patches import (Installed, TorchRankHooks, host_rng_states, process_globals, set_host_rng_states,
+                             set_process_globals)
 from .ranks.threads import ThreadTransport
 from .result import RunResult, build_result
 from .session import (RunSpec, ScriptExit, default_nccl_profile, note_other_ranks_hazards, note_rank, rank_body,
@@ -119,10 +120,12 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     body = rank_body(world, fn, args, kwargs, torchrun)
     with Installed():  # the returns are copied out before torch's thread settings are restored
         caller_rng = host_rng_states()  # the ranks' generators must not disturb the caller's
+        caller_globals = process_globals()  # nor their torch module globals (DTensor's RNG tracker)
         try:
             ThreadTransport(world, TorchRankHooks()).run(body)
         finally:
             set_host_rng_states(caller_rng)
+            set_process_globals(caller_globals)
         try:
             if world.fatal is not None:
                 err = world.fatal

@@ -41,15 +41,7 @@ def _verdict(path, transport, seed):
     return (res.digest, sorted((h.kind, h.observed) for h in res.hazards))
 
 
-# notes L19 (open): o01's first run in a process gives another digest than its later runs (threads, seed 1:
-# state that a first FSDP2 / DeviceMesh run leaves behind changes the op sequence); found when o01 entered the sample
-_FIRST_RUN_DIGEST_OPEN = {"o01_fsdp2_meta_init_device_from_mesh"}
-
-
-@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(
-    reason="notes L19: the first run in a process differs from later ones", strict=False))
-    if os.path.basename(p)[:-3] in _FIRST_RUN_DIGEST_OPEN else p for p in _sample()],
-    ids=lambda p: os.path.basename(p)[:-3])
+@pytest.mark.parametrize("path", _sample(), ids=lambda p: os.path.basename(p)[:-3])
 def test_processes_give_the_digest_of_threads(path, capfd):
     # A run is a pure function of (program, world size, seed, policy): how ranks are run cannot change it.
     for seed in (0, 1):

@@ -702,7 +702,9 @@ class SimProcessGroup(dist.ProcessGroup):
         return "nccl" if "nccl" in self._config().values() else "gloo"
 
     def getBackendName(self):
-        return self.name()
+        # (what C++ callers read; inside torch DDP's Logger.set_construction_data_and_log see _DDPLogger)
+        name = self.name()
+        return name + _DDP_LOGGER_MARK if getattr(_ddp_logging, "active", False) and name == "gloo" else name
 
     @property
     def group_name(self):
@@ -1367,6 +1369,39 @@ def _check_p2p_op_list(p2p_op_list):
         _batch(me).tensors = [p.tensor for p in p2p_op_list]
 
 
+_DDP_LOGGER_MARK = " (simulated by simdist)"
+_ddp_logging = threading.local()
+
+
+class _DDPLogger(dist.Logger):
+    """torch DDP's C++ Logger (`dist.Logger(reducer)`, torch/nn/parallel/distributed.py _ddp_init_helper) on a
+    simulated group. Its set_construction_data_and_log, when the group's getBackendName() is "gloo", takes the
+    group's GLOO backend and static_casts it to ProcessGroupGloo to read its thread count
+    (torch/csrc/distributed/c10d/logger.cpp set_env_variables): a simulated group has no such backend, and the
+    cast of anything else would read foreign memory. So the name it sees there is marked, and the logging data
+    read back names the backend "gloo" with a ProcessGroupGloo's thread count: two, one device's worth
+    (ProcessGroupGloo's Python constructor: `threads = devices.size() * 2`)."""
+
+    def set_construction_data_and_log(self, *args, **kwargs):
+        old, _ddp_logging.active = getattr(_ddp_logging, "active", False), True
+        try:
+            return super().set_construction_data_and_log(*args, **kwargs)
+        finally:
+            _ddp_logging.active = old
+
+    def _get_ddp_logging_data(self):
+        data = super()._get_ddp_logging_data()
+        strs = data.strs_map  # (copies of the C++ maps: written back whole)
+        name = strs.get("backend_name")
+        if isinstance(name, str) and name.endswith(_DDP_LOGGER_MARK):
+            strs["backend_name"] = name[:-len(_DDP_LOGGER_MARK)]
+            data.strs_map = strs
+            ints = data.ints_map
+            ints["gloo_num_threads"] = 2
+            data.ints_map = ints
+        return data
+
+
 class SimNCCL(SimProcessGroup):
     """What `ProcessGroupNCCL(store, rank, size, options)` makes inside a simulated rank."""
 
@@ -1579,6 +1614,7 @@ def c10d_patches():
     out = [
         (rdzv, "_rendezvous_helper", _rendezvous_helper),
         (c10d, "ProcessGroupNCCL", SimNCCL),
+        (dist, "Logger", _DDPLogger),
         (c10d, "ProcessGroupGloo", SimGloo),
         (c10d, "is_nccl_available", _is_nccl_available),
         (dist, "is_nccl_available", _is_nccl_available),

@@ -918,6 +918,33 @@ def set_host_rng_states(states):
         np.random.set_state(npy)
 
 
+# Module globals of torch that a torchrun process has of its own and rank threads of one process would share:
+# (module, attribute, the value a fresh process has). DTensor keeps its RNG tracker in one, made by the first
+# random op or distribute_tensor on a mesh (torch/distributed/tensor/_api.py, _dispatch.py: `if not
+# random._rng_tracker: random._rng_tracker = OffsetBasedRNGTracker(mesh)`, which broadcasts the seed over the
+# mesh): shared, rank 0 drew with rank 1's tracker and device, and a later run in the process skipped the
+# broadcast (notes L19: o01's first run gave another digest than the next).
+_PROCESS_GLOBALS = (("torch.distributed.tensor._random", "_rng_tracker", lambda: None),)
+
+
+def process_globals():
+    """The values of _PROCESS_GLOBALS now, for the modules imported (a module imported later starts fresh)."""
+    out = {}
+    for mod, name, _ in _PROCESS_GLOBALS:
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod, name] = getattr(m, name)
+    return out
+
+
+def set_process_globals(values):
+    """Set _PROCESS_GLOBALS to `values` (process_globals()'s); one not in it gets a fresh process's value."""
+    for mod, name, fresh in _PROCESS_GLOBALS:
+        m = sys.modules.get(mod)
+        if m is not None:
+            setattr(m, name, values[mod, name] if (mod, name) in values else fresh())
+
+
 def seed_host_rngs(rank):
     """A fresh torchrun process's host generators, each seeded otherwise on every rank (world.process_seed)."""
     seed = process_seed(rank)
@@ -931,8 +958,8 @@ def seed_host_rngs(rank):
 class TorchRankHooks:
     """What each torchrun process has of its own and rank threads of one process share (simdist/ranks/):
     the host random generators (torch's CPU generator, Python's random, numpy's: each process seeds them
-    otherwise, world.process_seed), grad mode, the dispatch mode, sys.argv (a script may consume its arguments:
-    argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
+    otherwise, world.process_seed), torch's module globals of _PROCESS_GLOBALS, grad mode, the dispatch mode,
+    sys.argv (a script may consume its arguments: argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
 
     def __init__(self):
         self.argv = list(sys.argv)
@@ -940,6 +967,7 @@ class TorchRankHooks:
     def enter(self, me):
         sys.argv = list(self.argv)
         seed_host_rngs(me.rank)  # a fresh process's host generators
+        set_process_globals({})  # and its torch module globals
         # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
         # loaded (simdist/faces/guard.py); with it, grad mode is on as in any fresh thread, without it off.
         torch.set_grad_enabled(guard.available())
@@ -970,8 +998,10 @@ class TorchRankHooks:
 
     def suspend(self, me):
         me.face.cpu_rng_state = host_rng_states()
+        me.face.globals = process_globals()
         me.face.argv = sys.argv
 
     def resume(self, me):
         set_host_rng_states(me.face.cpu_rng_state)
+        set_process_globals(me.face.globals)
         sys.argv = me.face.argv
