@@ -3,6 +3,7 @@ backends, cites where it is written, and checks simdist against it (against the 
 here, in threads of this process)."""
 import datetime
 import threading
+import warnings
 
 import pytest
 import torch
@@ -100,6 +101,74 @@ def test_gloo_reduce_leaves_the_rings_partial_results_in_non_root_buffers(world)
         changed += sum(not _same(b, _reduce_inputs(r, *cases[i // world])) for i, b in enumerate(want[r])
                        if i % world != r)
     assert changed > 0  # the reference does write non-root buffers (what the rule is about)
+
+
+ALLREDUCE_CASES = [(n, dtype, op) for n in (1, 5, 37, 1001) for dtype in (torch.float32, torch.float16)
+                   for op in ("SUM", "MAX", "PRODUCT")] + [(300007, torch.float32, "SUM"), (37, torch.float64, "AVG"),
+                                                          (37, torch.int64, "SUM")]
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_gloo_allreduce_and_reduce_scatter_sum_in_the_rings_order(world):
+    """ProcessGroupGloo's allreduce runs gloo::allreduce (gloo/allreduce.cc; the ring, its default algorithm): the
+    same segmented ring reduce-scatter as gloo::reduce, then an all-gather of the reduced chunks, so from 3 ranks
+    on a float sum is associated in the ring's order (x1 + (x2 + x0) ...), not in rank order, and a NaN spreads as
+    gloo's `a < b ? b : a` lets it. all_reduce_coalesced flattens its tensors into one buffer and allreduces that
+    (AsyncAllreduceCoalescedWork); reduce_scatter_tensor allreduces the whole input and keeps this rank's chunk;
+    reduce_scatter of a list allreduces each slot. simdist summed in rank order (silent wrong values in the last
+    bits). The reference is the real gloo backend, run in threads of this process."""
+    def inputs(r):
+        return [_reduce_inputs(r, n, dtype, op) for n, dtype, op in ALLREDUCE_CASES]
+
+    def opts(op, cls=dist.AllreduceOptions):
+        o = cls()
+        o.reduceOp = getattr(dist.ReduceOp, op)
+        return o
+
+    def real(pg, r):
+        out = []
+        for x, (_n, _dtype, op) in zip(inputs(r), ALLREDUCE_CASES):
+            pg.allreduce([x], opts(op)).wait()
+            out.append(x)
+        xs = [x for x, c in zip(inputs(r), ALLREDUCE_CASES) if c[1] == torch.float32][:4]
+        pg.allreduce_coalesced(xs, dist.AllreduceCoalescedOptions()).wait()
+        out += xs
+        x = _reduce_inputs(r, 3 * 1000 * world, torch.float32, "SUM")
+        o = torch.empty(3000)
+        pg._reduce_scatter_base(o, x, opts("SUM", dist.ReduceScatterOptions)).wait()
+        o2 = torch.empty(3000)
+        pg.reduce_scatter([o2], [list(x.chunk(world))], opts("SUM", dist.ReduceScatterOptions)).wait()
+        return out + [o, o2]
+
+    def prog():
+        dist.init_process_group("gloo")
+        r = dist.get_rank()
+        out = []
+        for x, (_n, _dtype, op) in zip(inputs(r), ALLREDUCE_CASES):
+            dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+            out.append(x)
+        xs = [x for x, c in zip(inputs(r), ALLREDUCE_CASES) if c[1] == torch.float32][:4]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (all_reduce_coalesced is deprecated)
+            dist.all_reduce_coalesced(xs)
+        out += xs
+        x = _reduce_inputs(r, 3 * 1000 * world, torch.float32, "SUM")
+        o = torch.empty(3000)
+        dist.reduce_scatter_tensor(o, x)
+        o2 = torch.empty(3000)
+        dist.reduce_scatter(o2, list(x.chunk(world)))
+        return out + [o, o2]
+
+    want = _real_gloo(world, real)
+    res = simdist.run(prog, world_size=world)
+    assert not res.hazards, res.report()
+    for r in range(world):
+        for i, (a, b) in enumerate(zip(res.returns[r], want[r])):
+            assert _same(a, b), (r, i)
+    # the rule matters here: the rank-order sum differs from the ring's for these inputs
+    rank_order = sum(_reduce_inputs(r, 1001, torch.float32, "SUM").nan_to_num(0.0) for r in range(world))
+    ring = want[0][[c[:3] for c in ALLREDUCE_CASES].index((1001, torch.float32, "SUM"))]
+    assert not torch.equal(rank_order, ring.nan_to_num(0.0))
 
 
 def test_an_async_gloo_reduce_writes_the_non_root_buffers_too():

@@ -641,6 +641,18 @@ def gloo_reduce_values(vals, root, opname):
     return bufs
 
 
+def gloo_allreduce_values(vals, opname):
+    """The value every rank holds after ProcessGroupGloo's allreduce of one tensor per rank: gloo::allreduce
+    (gloo/allreduce.cc, the ring: the default algorithm) reduce-scatters in the same segments as gloo::reduce and
+    all-gathers the reduced chunks, so every rank ends with what gloo::reduce leaves on its root (the same for any
+    root: each chunk is reduced in its ring positions' order). AVG (torch >= 2.8): that sum divided by the group
+    size. Measured against torch 2.13's gloo at 3 to 5 ranks and 1 to 700000 elements: equal bit for bit, where the
+    rank-order sum differed from 3 ranks on (tests/test_g_series.py)."""
+    if len(vals) == 1:
+        return vals[0].clone()
+    return gloo_reduce_values(vals, 0, opname)[0]
+
+
 def reduce_values(vals, opname):
     """Reduce every rank's value (in rank order) with the named op: SUM, AVG, PRODUCT, MAX, MIN, BAND, BOR, BXOR,
     PREMUL_SUM(factor) or SUM_THEN_DIV (gloo's AVG)."""

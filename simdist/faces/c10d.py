@@ -898,13 +898,19 @@ class SimProcessGroup(dist.ProcessGroup):
         name = _redop_name(op, ts[0])
         desc = _desc("all_reduce", ts, name)
         nt = len(ts)  # (compute closures hold no tensor: they live until the collective has run)
-        return self._run("all_reduce", desc, ("all_reduce", tuple(_sig_t(t) for t in ts), name), ts, ts,
+        sig = ("all_reduce", tuple(_sig_t(t) for t in ts), name)
+        if not isinstance(ts[0], SimTensor):
+            return self._run("all_reduce", desc, sig, ts, ts, lambda vals: [_gloo_allreduce(vals, name)] * len(vals),
+                             async_op)
+        return self._run("all_reduce", desc, sig, ts, ts,
                          lambda vals: [[engine.reduce_values([v[k] for v in vals], name) for k in range(nt)]]
                          * len(vals), async_op)
 
     def allreduce_coalesced(self, tensors, opts=None):
         me = _rank()
         ts = [_check(me, t, "all_reduce_coalesced") for t in tensors]
+        if not isinstance(ts[0], SimTensor) and len({t.dtype for t in ts}) > 1:  # (one flat buffer: one dtype)
+            raise RuntimeError("ProcessGroupGloo::allreduce_coalesced: tensors must all have the same type")
         return self._allreduce(ts, getattr(opts, "reduceOp", None), _async(opts))
 
     def broadcast(self, tensors, opts=None):
@@ -1008,8 +1014,14 @@ class SimProcessGroup(dist.ProcessGroup):
         if i.numel() != n * o.numel():
             raise ValueError("input tensor must be the same size as output size times world size")
         name = _redop_name(op, i)
+        gloo = not isinstance(i, SimTensor)
 
         def compute(vals):
+            if gloo:
+                # gloo (ProcessGroupGloo reduce_scatter_tensor_coalesced): an allreduce of the whole input, then
+                # each rank keeps its chunk (measured, torch 2.13: the ring's sums over all n * m elements)
+                full = engine.gloo_allreduce_values([v[0].reshape(-1) for v in vals], name).reshape(n, -1)
+                return [[full[j]] for j in range(n)]
             flat = [v[0].reshape(n, -1) for v in vals]
             return [[engine.reduce_values([f[j] for f in flat], name)] for j in range(n)]
         return self._run("reduce_scatter", _desc(what, [o, i], name), ("reduce_scatter_tensor", _sig_t(i), name), [i],
@@ -1054,7 +1066,10 @@ class SimProcessGroup(dist.ProcessGroup):
         return self._run(  # inputs of different sizes are allowed (a coalesced group of reduces in NCCL)
             "reduce_scatter", _desc("reduce_scatter", [o], name),
             ("reduce_scatter", tuple(_sig_t(x) for x in ins), name), ins, [o],
-            lambda vals: [[engine.reduce_values([v[j] for v in vals], name)] for j in range(n)], _async(opts))
+            (lambda vals: [[engine.reduce_values([v[j] for v in vals], name)] for j in range(n)])
+            if isinstance(o, SimTensor) else  # gloo: one ring allreduce per slot (measured, torch 2.13)
+            (lambda vals: [[engine.gloo_allreduce_values([v[j] for v in vals], name)] for j in range(n)]),
+            _async(opts))
 
     def _alltoall_single(self, output, input, output_split_sizes, input_split_sizes, async_op):
         me = _rank()
@@ -1244,6 +1259,20 @@ class SimProcessGroup(dist.ProcessGroup):
         if self._coalesced is not None:
             self._coalesced.append(w)
         return w
+
+
+def _gloo_allreduce(vals, name):
+    """Every rank's tensors after ProcessGroupGloo's allreduce: one tensor reduced by gloo's ring
+    (engine.gloo_allreduce_values); several (allreduce_coalesced) flattened into one buffer first and reduced as
+    one (ProcessGroupGloo AsyncAllreduceCoalescedWork: flattenDenseTensors, allreduce, unflatten)."""
+    if len(vals[0]) == 1:
+        return [engine.gloo_allreduce_values([v[0] for v in vals], name)]
+    flat = engine.gloo_allreduce_values([torch.cat([t.reshape(-1) for t in v]) for v in vals], name)
+    out, at = [], 0
+    for t in vals[0]:
+        out.append(flat[at:at + t.numel()].reshape(t.shape))
+        at += t.numel()
+    return out
 
 
 def _flat_allgather(pg, t, outs, n, sig, nbytes, async_op):
