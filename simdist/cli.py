@@ -187,7 +187,8 @@ def build_parser():
                        description="Runs a function (FILE.py:FN or module:fn, called once per rank) or a whole "
                                    "torchrun-style script (SCRIPT.py, executed as __main__ on every rank with RANK, "
                                    "LOCAL_RANK and WORLD_SIZE set) on simulated GPUs, and prints the hazard report. "
-                                   "Exit status: 0 clean, 1 hazards found, 2 bad input.")
+                                   "Exit status: 0 clean, 1 hazards found or the program failed (its error printed), "
+                                   "2 bad input.")
     r.add_argument("target", help="FILE.py:FN, module:fn or SCRIPT.py")
     r.add_argument("args", nargs="*", help="arguments for a script (put them after `--`)")
     r.add_argument("--world-size", "--nproc-per-node", "-n", type=positive_int, default=None, dest="world_size",
@@ -221,6 +222,22 @@ def build_parser():
 
 def _unavailable(name, err):
     raise UsageError(f"simdist {name}: this command could not be loaded ({type(err).__name__}: {err})")
+
+
+def _call_site(e):
+    """Where the program (or the library it called) was when simdist raised a named error: the innermost frame
+    outside simdist, with its source line, from the rank process's traceback (a note the launcher adds) or the
+    exception's own. A refusal inside library code (FSDP's `flat_param.data = ...`) names the library's line."""
+    import traceback
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    notes = [n for n in getattr(e, "__notes__", ()) if n.startswith("traceback of simulated rank")]
+    lines = (notes[0].split("\n", 1)[1] if notes else "".join(traceback.format_exception(e))).splitlines()
+    site = None
+    for i, line in enumerate(lines):
+        if line.startswith('  File "') and not line[len('  File "'):].startswith(pkg):
+            src = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
+            site = line.strip() + (f": {src}" if src else "")
+    return f"  raised at {site}" if site else ""
 
 
 def _program_traceback(e):
@@ -273,6 +290,9 @@ def main(argv=None):
             print(_program_traceback(e), file=sys.stderr)
             sys.exit(1)
         print(f"simdist: {type(e).__name__}: {e}", file=sys.stderr)
+        where = _call_site(e)
+        if where:
+            print(where, file=sys.stderr)
         for note in getattr(e, "__notes__", ()):
             if not note.startswith("traceback of simulated rank"):  # (simdist's own frames: the text says where)
                 print(note, file=sys.stderr)

@@ -142,17 +142,23 @@ def serve():
     children = set()
     while True:
         ready, _, _ = select.select([sock], [], [], 0.02 if children else None)
+        gone = False
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 children.discard(pid)
-                sock.send(pickle.dumps(("exit", pid, status)))
-        if not ready:
+                try:
+                    sock.send(pickle.dumps(("exit", pid, status)))
+                except OSError:  # the launcher has gone (its run is over): as at end of file below
+                    gone = True
+        if not ready and not gone:
             continue
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MSG, 4)
-        except OSError:
-            data, fds = b"", []
+        data, fds = b"", []
+        if not gone:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MSG, 4)
+            except OSError:
+                pass
         if not data:
             for pid in children:
                 try:

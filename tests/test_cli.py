@@ -163,6 +163,26 @@ def test_a_programs_exception_prints_the_programs_traceback_and_status_1(tmp_pat
     assert out.stderr.rstrip().splitlines()[-1].startswith("simdist run: the program raised ValueError")
 
 
+@pytest.mark.parametrize("transport", ["processes", "threads"])
+def test_a_named_refusal_says_where_the_program_was(tmp_path, transport):
+    # simdist's own errors print their text, not simdist's frames; a refusal raised inside library code must still
+    # say which line of the program (or library) asked for it: the innermost frame outside simdist, with its source
+    helper = tmp_path / "lib_helper.py"
+    helper.write_text("import torch\n"
+                      "def capture(x):\n"
+                      "    return x.cuda(), torch.cuda.memory_snapshot()\n")
+    script = tmp_path / "refused.py"
+    script.write_text("import sys, torch\n"
+                      "sys.path.insert(0, %r)\n"
+                      "import lib_helper\n"
+                      "lib_helper.capture(torch.ones(2))\n" % str(tmp_path))
+    out = _simdist("run", str(script), "-n", "1", "--transport", transport)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.startswith("simdist: UnsupportedOperation"), out.stderr
+    site = f'raised at File "{helper}", line 3, in capture: return x.cuda(), torch.cuda.memory_snapshot()'
+    assert site in out.stderr, out.stderr
+
+
 def _one_op():
     import torch
     return torch.ones(2, device="cuda").sum().item()

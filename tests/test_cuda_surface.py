@@ -119,3 +119,33 @@ def test_tunableop_enabled_by_the_environment_is_refused(monkeypatch):
     monkeypatch.setenv("PYTORCH_TUNABLEOP_ENABLED", "1")
     with pytest.raises(UnsupportedOperation, match="PYTORCH_TUNABLEOP_ENABLED"):
         simdist.run(lambda: torch.ones(2, device="cuda").sum().item())
+
+
+@pytest.mark.parametrize("activities", ["cuda", "cpu+cuda", "use_device"])
+def test_the_profiler_with_cuda_activity_profiles_the_host_side(activities):
+    """torch.profiler with ProfilerActivity.CUDA, as training scripts write it, runs: torch turns CUDA profiling off
+    where CUDA is unavailable (torch/autograd/profiler.py: "CUDA is not available, disabling CUDA profiling"), and
+    simulated devices have no CUPTI either, so the host side is profiled (one warning says so). A CPU build asked
+    for CUDA events raised "Legacy CUDA profiling requires use_cpu=True" (CUDA only) or printed a C++ warning per
+    op; the patch is undone after the run."""
+    from torch.profiler import ProfilerActivity, profile
+    before = torch.autograd.profiler.profile.__init__
+
+    def prog():
+        x = torch.ones(64, device="cuda")
+        if activities == "use_device":
+            with torch.autograd.profiler.profile(use_device="cuda") as prof:
+                y = x * 2
+        else:
+            acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if activities == "cpu+cuda" else [])
+            with profile(activities=acts) as prof:
+                y = x * 2
+        return y.sum().item(), [e.key for e in prof.key_averages()]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the warning is once per process)
+        res = simdist.run(prog)
+    total, keys = res.returns[0]
+    assert total == 128.0 and "aten::mul" in keys, keys
+    assert not res.hazards
+    assert torch.autograd.profiler.profile.__init__ is before

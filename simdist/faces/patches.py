@@ -10,6 +10,7 @@ import os
 import random
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import MutableMapping
 
@@ -678,6 +679,7 @@ def _patch_list():
         (torch.storage.TypedStorage, "__reduce__", _storage_reduce),
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
         (threading, "excepthook", _thread_excepthook),
+        (torch.autograd.profiler.profile, "__init__", _profile_init),
     ]
     items += c10d_patches()
     items += storage_patches()
@@ -742,6 +744,27 @@ class _RefusedCUDAGraph:
 
     capture_begin = capture_end = instantiate = replay = reset = pool = enable_debug_mode = debug_dump = \
         register_generator_state = raw_cuda_graph = raw_cuda_graph_exec = _cuda_graphs_refused
+
+
+_orig_profile_init = torch.autograd.profiler.profile.__init__
+_profile_warned = []
+
+
+def _profile_init(self, enabled=True, **kwargs):
+    """torch.autograd.profiler.profile (under torch.profiler.profile too) with its CUDA activity turned off, as
+    torch turns it off where CUDA is not available ("CUDA is not available, disabling CUDA profiling"): simulated
+    devices have no CUPTI for kineto to read, and a CPU build's profiler asked for CUDA events raised
+    ("Legacy CUDA profiling requires use_cpu=True") or printed a warning per op. The host side is profiled as on a
+    GPU; device kernels appear in simdist's own trace (`simdist run --trace`)."""
+    if enabled and (kwargs.get("use_device") == "cuda" or kwargs.get("use_cuda")):
+        if not _profile_warned:
+            _profile_warned.append(True)
+            warnings.warn("simdist: the profiler's CUDA activity is off (simulated devices have no CUPTI): host "
+                          "events only; device kernels are in simdist's trace (simdist run --trace)", stacklevel=2)
+        kwargs["use_device"] = None
+        kwargs["use_cuda"] = False
+        kwargs["use_cpu"] = True  # (a CUDA-only profile would record nothing at all)
+    _orig_profile_init(self, enabled, **kwargs)
 
 
 _warmed = []
