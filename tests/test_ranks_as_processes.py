@@ -202,6 +202,11 @@ def test_a_rank_process_runs_its_exit_handlers(tmp_path):
     path = str(tmp_path / "handler")
     assert simdist.run(P.leaves_a_manager_and_an_exit_handler, args=(path,), world_size=1,
                        transport="processes").returns == [True]
+    # (a rank process exits by itself after the run has its result: its exit handlers run just after the return)
+    for _ in range(200):
+        if os.path.exists(path) and open(path).read() == "ran":
+            break
+        time.sleep(0.05)
     assert open(path).read() == "ran"
     pid = int(open(path + ".pid").read())
     for _ in range(100):
