@@ -224,38 +224,46 @@ def _unavailable(name, err):
     raise UsageError(f"simdist {name}: this command could not be loaded ({type(err).__name__}: {err})")
 
 
+_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep  # simdist's own frames start with this
+
+
+def _rank_traceback(e):
+    """(header, text): the rank process's traceback (a note the launcher adds: header names the rank) or the
+    exception's own traceback (header None)."""
+    import traceback
+    notes = [n for n in getattr(e, "__notes__", ()) if n.startswith("traceback of simulated rank")]
+    if notes:
+        header, _, text = notes[0].partition("\n")
+        return header, text
+    return None, "".join(traceback.format_exception(e))
+
+
 def _call_site(e):
     """Where the program (or the library it called) was when simdist raised a named error: the innermost frame
-    outside simdist, with its source line, from the rank process's traceback (a note the launcher adds) or the
-    exception's own. A refusal inside library code (FSDP's `flat_param.data = ...`) names the library's line."""
-    import traceback
-    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    notes = [n for n in getattr(e, "__notes__", ()) if n.startswith("traceback of simulated rank")]
-    lines = (notes[0].split("\n", 1)[1] if notes else "".join(traceback.format_exception(e))).splitlines()
+    outside simdist, with its source line. A refusal inside library code (FSDP's `flat_param.data = ...`) names
+    the library's line."""
+    lines = _rank_traceback(e)[1].splitlines()
     site = None
     for i, line in enumerate(lines):
-        if line.startswith('  File "') and not line[len('  File "'):].startswith(pkg):
+        if line.startswith('  File "') and not line[len('  File "'):].startswith(_PKG):
             src = lines[i + 1].strip() if i + 1 < len(lines) and lines[i + 1].startswith("    ") else ""
             site = line.strip() + (f": {src}" if src else "")
     return f"  raised at {site}" if site else ""
 
 
 def _program_traceback(e):
-    """A program's exception as the rank saw it: the rank process's traceback (a note the launcher adds) or the
-    exception's own, without simdist's frames between the command line and the program."""
-    import traceback
-    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    notes = [n for n in getattr(e, "__notes__", ()) if n.startswith("traceback of simulated rank")]
-    text = notes[0].split("\n", 1)[1] if notes else "".join(traceback.format_exception(e))
+    """A program's exception as the rank saw it, without simdist's frames between the command line and the
+    program."""
+    header, text = _rank_traceback(e)
     out, skip = [], False
     for line in text.splitlines():
         if line.startswith('  File "'):
-            skip = line[len('  File "'):].startswith(pkg)
+            skip = line[len('  File "'):].startswith(_PKG)
         elif not line.startswith("    "):
             skip = False
         if not skip:
             out.append(line)
-    where = f" ({notes[0].split(chr(10), 1)[0].rstrip(':')})" if notes else ""
+    where = f" ({header.rstrip(':')})" if header is not None else ""
     return "\n".join(out) + f"\nsimdist run: the program raised {type(e).__name__}{where}"
 
 
