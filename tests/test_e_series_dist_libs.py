@@ -40,6 +40,28 @@ def test_a_storage_made_from_a_cuda_storages_type_and_copied_is_torchs_storage_c
     assert msg == "size does not match, self was 32 bytes but src was 4 bytes"
 
 
+def test_untyped_storage_constructed_on_the_device_is_a_simulated_storage():
+    """torch.UntypedStorage(n, device="cuda") is THPStorage_pynew (torch/csrc/Storage.cpp): n uninitialised bytes from
+    the device's caching allocator, which a tensor can view with set_ (vLLM / IPC buffers are made so). The CPU
+    build's constructor raised "Storage device not recognized: cuda" (a raw RuntimeError naming no cause); a
+    CUDA storage from a sequence of bytes is refused by name; the constructor is torch's again after the run."""
+    def fn():
+        s = torch.UntypedStorage(16, device="cuda")
+        t = torch.empty(0, dtype=torch.float32, device="cuda").set_(s)
+        t.fill_(2.5)
+        try:
+            torch.UntypedStorage([1, 2, 3], device="cuda")
+            refused = None
+        except UnsupportedOperation as e:
+            refused = str(e)
+        return s.nbytes(), t.device.type, t.cpu().tolist(), torch.UntypedStorage(8).device.type, refused
+
+    (n, dev, vals, cpu_dev, refused), = simdist.run(fn).returns
+    assert (n, dev, vals, cpu_dev) == (16, "cuda", [2.5] * 4, "cpu")
+    assert refused and "not modelled by simdist" in refused
+    assert "__new__" not in torch.UntypedStorage.__dict__ and torch.UntypedStorage(4).nbytes() == 4
+
+
 def _pinned_stage(sync):
     def fn():
         w = torch.ones(256, device="cuda")

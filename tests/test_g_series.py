@@ -438,7 +438,8 @@ def test_expandable_segments_grow_the_streams_segment_instead_of_making_new_ones
     it can grow to (`expandable_size`), so another block that fits is taken before it; release_cached_blocks unmaps
     every free block's whole pages (unmap_block). simdist made a new segment (a cudaMalloc of segment_size) wherever
     no free block fitted, so the blocks, their addresses and the bytes a new tensor starts with were the default
-    allocator's. Offsets here are what the source gives (ci/gpu_g_facts.py `expandable` measures them on a GPU)."""
+    allocator's. Offsets here are what the source gives, and what an H200 gave (torch 2.11, ci/gpu_g_facts.py
+    `expandable`, docs/gpu-g-facts-2026-12-04.md)."""
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     res = simdist.run(_expandable_prog)
     offs, allocated, fresh_poison = res.returns[0]

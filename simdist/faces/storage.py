@@ -130,9 +130,28 @@ def storage_copy(dst, src, non_blocking=None):
     return dst
 
 
+_orig_untyped_new = torch.UntypedStorage.__new__
+
+
+def _untyped_storage_new(cls, *args, **kwargs):
+    """torch.UntypedStorage(nbytes, device="cuda") during a run (torch/csrc/Storage.cpp THPStorage_pynew: `nbytes`
+    uninitialised bytes from that device's allocator, on the current stream): a simulated storage, as
+    type(t.untyped_storage())(nbytes, device=...) gives one. Other CUDA-device forms (from a sequence of bytes) are
+    refused by name; every CPU form is torch's own (the CPU build's constructor would say "Storage device not
+    recognized: cuda", which names no cause)."""
+    dev = kwargs.get("device")
+    if cls is torch.UntypedStorage and dev is not None and torch.device(dev).type == "cuda":
+        if len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool) and set(kwargs) == {"device"}:
+            return _new_storage(args[0], dev)
+        _refuse_new_storage(args, kwargs)
+    return _orig_untyped_new(cls, *args, **kwargs)
+
+
 def storage_patches():
-    """(owner, attribute, replacement): torch's CPU storages' copy_ takes a simulated storage as its source."""
-    return [(torch.UntypedStorage, "copy_", storage_copy)]
+    """(owner, attribute, replacement): torch's CPU storages' copy_ takes a simulated storage as its source;
+    torch.UntypedStorage(nbytes, device="cuda") makes a simulated one."""
+    return [(torch.UntypedStorage, "copy_", storage_copy),
+            (torch.UntypedStorage, "__new__", staticmethod(_untyped_storage_new))]
 
 
 class SimStorage:

@@ -9,7 +9,8 @@ EXPECTED: clean
 WORLD_SIZE: 1
 MODELLED ON: training scripts that set expandable_segments:True against fragmentation (Megatron / NeMo recipes).
 RULE: c10/cuda/CUDACachingAllocator.cpp (get_free_block's expandable_size; alloc_block -> try_allocate_expandable_block
--> find_expandable_block, map_block; kLargeBuffer pages). Not measured on a GPU yet: ci/gpu_g_facts.py `expandable`.
+-> find_expandable_block, map_block; kLargeBuffer pages). Measured on an H200, torch 2.11 (ci/gpu_g_facts.py
+`expandable`, docs/gpu-g-facts-2026-12-04.md): the same offsets and memory_allocated figures.
 WHAT SIMDIST SAYS: clean. (Before g7 the offsets were the default allocator's: separate segments.)
 """
 import os
