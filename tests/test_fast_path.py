@@ -65,3 +65,33 @@ def test_a_fast_path_tensor_is_what_the_general_path_makes():
                 for t in (a, b)]
     a, b = simdist.run(prog).returns[0]
     assert a == b
+
+
+def test_empty_like_of_a_contiguous_tensor_takes_the_meta_kernels_layout():
+    """torch.empty_like(x) with preserve_format (ATen empty_like: a non-overlapping and dense input's own strides,
+    else suggest_memory_format's) takes its layout without the meta reference when x has contiguous strides
+    (simdist/faces/rules/factories.py): the same shape, strides and dtype as the meta kernel gives, for 0-d, empty,
+    size-1 and ordinary shapes, a dtype override and a non-contiguous input (which keeps the general path)."""
+    shapes = [(), (0,), (3,), (4, 1), (1, 4), (2, 0, 3), (5, 6, 7), (1, 1)]
+
+    def fn():
+        out = []
+        for sh in shapes:
+            x = torch.ones(sh, device="cuda")
+            for kw in ({}, {"dtype": torch.bfloat16}, {"memory_format": torch.preserve_format}):
+                y = torch.empty_like(x, **kw)
+                out.append((tuple(y.shape), tuple(y.stride()), y.dtype, y.device.type))
+        t = torch.ones(4, 6, device="cuda").t()
+        y = torch.empty_like(t)
+        out.append((tuple(y.shape), tuple(y.stride()), y.dtype, y.device.type))
+        return out
+
+    want = []
+    for sh in shapes:
+        x = torch.ones(sh, device="meta")
+        for kw in ({}, {"dtype": torch.bfloat16}, {"memory_format": torch.preserve_format}):
+            y = torch.empty_like(x, **kw)
+            want.append((tuple(y.shape), tuple(y.stride()), y.dtype, "cuda"))
+    y = torch.empty_like(torch.ones(4, 6, device="meta").t())
+    want.append((tuple(y.shape), tuple(y.stride()), y.dtype, "cuda"))
+    assert simdist.run(fn).returns[0] == want

@@ -11,6 +11,19 @@ from ..op_rules import register
 aten = torch.ops.aten
 
 
+_EMPTY_LIKE = aten.empty_like.default
+_PLAIN_KWARGS = frozenset(("dtype", "layout", "device", "pin_memory", "memory_format"))
+
+
+def _contiguous_strides(shape):
+    out = [1] * len(shape)
+    n = 1
+    for i in range(len(shape) - 1, -1, -1):
+        out[i] = n
+        n *= max(shape[i], 1)
+    return tuple(out)
+
+
 @register(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
 def _empty_like(me, func, args, kwargs):
     unwrapped = _unwrap(me, args, kwargs, False)
@@ -22,6 +35,15 @@ def _empty_like(me, func, args, kwargs):
             shape = args[0].shape if func is aten.empty_like.default else args[1]
             return torch.empty(shape, dtype=kwargs.get("dtype") or args[0].dtype, device=tdev)
         dev = _factory_device(me, tdev)
+    if func is _EMPTY_LIKE and len(args) == 1 and kwargs.keys() <= _PLAIN_KWARGS and kwargs.get("memory_format") in \
+            (None, torch.preserve_format) and kwargs.get("layout") in (None, torch.strided):
+        x = args[0]
+        shape, stride = tuple(x.shape), tuple(x.stride())
+        if stride == _contiguous_strides(shape):  # what the meta kernel below gives (the input's own strides)
+            out = allocate(dev, me.current_stream(dev.index), shape, stride, kwargs.get("dtype") or x.dtype)
+            if fills():
+                fill_new(me, out)
+            return out
     margs = tuple(_to_meta(a) for a in args)
     mk = {k: _to_meta(v) for k, v in kwargs.items()}
     mk["device"] = "meta"
