@@ -149,3 +149,30 @@ def test_the_profiler_with_cuda_activity_profiles_the_host_side(activities):
     assert total == 128.0 and "aten::mul" in keys, keys
     assert not res.hazards
     assert torch.autograd.profiler.profile.__init__ is before
+
+
+def test_cuda_profiler_ranges_and_emit_nvtx_run_and_keep_their_synchronizations():
+    """torch.cuda.profiler.start()/stop()/profile() (Megatron's --profile window: cudaProfilerStart/Stop through
+    cudart, each result checked by check_error, which torch/cuda/profiler.py binds at import) and
+    torch.autograd.profiler.emit_nvtx() (torch/autograd/profiler.py: it synchronizes the device on entry and exit
+    and turns NVTX ranges on) run as on a GPU; NVTX ranges are not emitted (nothing reads them). The CPU build
+    raised raw errors ("'NoneType' object has no attribute 'cudaError'"; "Can't use NVTX profiler - PyTorch was
+    compiled without CUDA"). emit_nvtx's entry synchronizes: a side stream's write before it is ordered before a
+    host read after it, so no hazard is reported."""
+    def prog():
+        torch.cuda.profiler.start()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            x = torch.ones(256, device="cuda") * 3
+        with torch.autograd.profiler.emit_nvtx():
+            host = x.sum()  # on the default stream: emit_nvtx's synchronize ordered the side stream's kernel
+        with torch.cuda.profiler.profile():
+            pass
+        torch.cuda.profiler.stop()
+        return host.item()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = simdist.run(prog)
+    assert res.returns == [768.0]
+    assert not res.hazards, res.report()

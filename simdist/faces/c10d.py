@@ -1665,6 +1665,37 @@ def c10d_patches():
     for name in ("_create_c10d_store",):
         if hasattr(rdzv, name):
             out.append((rdzv, name, _refused_store))
+    out += _unmodelled_transports()
+    return out
+
+
+def _refusal(what, why):
+    def refuse(*args, **kwargs):
+        raise UnsupportedOperation(f"{what} is not modelled by simdist: {why}")
+    refuse.__name__ = what.rsplit(".", 1)[-1].split("(")[0]
+    return refuse
+
+
+def _unmodelled_transports():
+    """Cross-rank transports other than process groups, refused by name: on the CPU build they raised raw errors
+    (symmetric memory: "SymmetricMemory MemPool did not find backend for device type cuda") or, for RPC, hung a
+    minute on simdist's own turn key inside TensorPipe's device-map exchange before a DistStoreError."""
+    out = []
+    try:
+        from torch.distributed import _symmetric_memory as symm
+    except ImportError:  # (a torch without it)
+        symm = None
+    if symm is not None:
+        why = ("symmetric memory (one buffer mapped into every rank's address space, read and written by peer "
+               "kernels: torchtitan's async TP, vLLM's custom all-reduce) has no model of remote loads and stores")
+        out += [(symm, n, _refusal(f"torch.distributed._symmetric_memory.{n}", why))
+                for n in ("empty", "rendezvous", "enable_symm_mem_for_group", "get_symm_mem_workspace")
+                if hasattr(symm, n)]
+    rpc = getattr(dist, "rpc", None)
+    if rpc is not None and hasattr(rpc, "init_rpc"):
+        out.append((rpc, "init_rpc", _refusal(
+            "torch.distributed.rpc.init_rpc", "RPC (TensorPipe agents, remote references, distributed autograd) "
+            "is a transport of its own beside the process groups; run the ranks' RPC code without simdist")))
     return out
 
 

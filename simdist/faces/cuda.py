@@ -977,6 +977,7 @@ def cuda_patches():
         memory_summary=memory_summary, reset_accumulated_memory_stats=reset_accumulated_memory_stats,
         is_current_stream_capturing=is_current_stream_capturing, ExternalStream=ExternalStream,
         get_sync_debug_mode=get_sync_debug_mode, set_sync_debug_mode=set_sync_debug_mode,
+        check_error=_check_error,  # (torch/cuda/profiler.py binds it at import: the alias scan swaps it there too)
         graph_pool_handle=_refused("torch.cuda.graph_pool_handle (CUDA graphs)"),
         current_blas_handle=_refused("torch.cuda.current_blas_handle (a raw cuBLAS handle)"),
     )
@@ -996,7 +997,6 @@ def cuda_patches():
     out += [(torch.backends.cuda, "is_built", _true),
             (torch._C, "_cuda_cudaCachingAllocator_enable", _caching_allocator_enable),
             (torch._C, "_cuda_cudaCachingAllocator_is_enabled", _true),
-            (c, "check_error", _check_error),
             (c, "get_stream_from_external", _refused("torch.cuda.get_stream_from_external (a CUDA stream made "
                                                      "outside torch, from a raw cudaStream_t)")),
             (c, "current_solver_handle", _refused("torch.cuda.current_solver_handle (a raw cuSOLVER handle)"))]

@@ -12,6 +12,8 @@ import weakref
 from functools import partial
 
 import torch
+from torch._C import DispatchKey
+from torch._ops import HigherOrderOperator
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..engine.context import current_rank, live_ranks, outside_rank
@@ -312,6 +314,8 @@ def _flops(info_name, sims, outs):
 class RankMode(TorchDispatchMode):
     """Active in each rank thread: routes ops on simulated tensors and cuda factories."""
 
+    supports_higher_order_operators = True  # torch.cond, while_loop, map, flex_attention: see _higher_order
+
     def __init__(self, me):
         super().__init__()
         self.me = me
@@ -342,6 +346,8 @@ class RankMode(TorchDispatchMode):
                     return func(*args, **kwargs)  # fake tensors: the FakeTensorMode below handles them
                 return NotImplemented  # a foreign subclass (e.g. a quantized tensor) unwraps first
         if not ours:
+            if isinstance(func, HigherOrderOperator):
+                return _higher_order(self, func, args, kwargs)
             hr = self.me.host_memory
             if hr.tensors:
                 hr.check(self.me, func, args, kwargs)
@@ -374,6 +380,34 @@ class RankMode(TorchDispatchMode):
                 return rule(self.me, func, args, kwargs)
             return factory(self.me, func, args, kwargs, dev)
         return dispatch(self.me, func, args, kwargs)
+
+
+def _higher_order(mode, hop, args, kwargs):
+    """A higher-order operator (torch.cond, while_loop, map, flex_attention, ...) reaching the rank's mode: run it
+    eagerly as a GPU's eager mode does, through its dense kernel (the CompositeExplicitAutograd one its CUDA key
+    uses too: torch/_higher_order_ops) with the rank's mode on, so the kernel's own factories and ops and its
+    body's are simulated (a tensor predicate is read with a host synchronization, as on a GPU). Kernels that
+    insist on running with no mode (cond, scan, invoke_subgraph: "Mode should never be enabled for CPU/CUDA key",
+    raised before they run anything) run without it, their body functions with it. The CPU build raised "There was
+    no rule registered for HigherOrderOperator ... and mode RankMode". A HOP with no dense kernel is refused."""
+    kernel = hop.py_kernels.get(DispatchKey.CompositeExplicitAutograd)
+    if kernel is None:
+        raise UnsupportedOperation(f"the higher-order operator {hop.name()} has no eager (dense) kernel for simdist "
+                                   "to run on simulated tensors; it is not modelled")
+    try:
+        with mode:
+            return kernel(*args, **kwargs)
+    except AssertionError as e:
+        if "Mode should never be enabled" not in str(e):
+            raise
+
+    def in_mode(f):
+        def body(*a, **k):
+            with mode:
+                return f(*a, **k)
+        return body
+    args = tuple(in_mode(a) if callable(a) and not isinstance(a, torch.Tensor) else a for a in args)
+    return kernel(*args, **kwargs)
 
 
 def dispatch_outside(func, types, args, kwargs):

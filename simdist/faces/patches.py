@@ -6,6 +6,7 @@ thread that is not a simulated rank behaves like the original.
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import random
 import sys
@@ -680,6 +681,10 @@ def _patch_list():
         (torch.UntypedStorage, "__reduce__", _storage_reduce),
         (threading, "excepthook", _thread_excepthook),
         (torch.autograd.profiler.profile, "__init__", _profile_init),
+        (torch.autograd.profiler.emit_nvtx, "__enter__", _emit_nvtx_enter),
+        (_hop_utils, "_from_fun", _hop_from_fun),
+        (_flex_hop, "create_fw_bw_graph", _flex_fw_bw_graph),
+        (torch.autograd.profiler.emit_nvtx, "__exit__", _emit_nvtx_exit),
     ]
     items += c10d_patches()
     items += storage_patches()
@@ -748,6 +753,74 @@ class _RefusedCUDAGraph:
 
 _orig_profile_init = torch.autograd.profiler.profile.__init__
 _profile_warned = []
+
+
+_hop_utils = importlib.import_module("torch._higher_order_ops.utils")  # (imported by torch itself)
+
+_orig_hop_from_fun = _hop_utils._from_fun
+
+
+def _hop_from_fun(t):
+    """torch._higher_order_ops.utils._from_fun during a run: autograd through a control-flow operator
+    (torch.cond / while_loop / scan with inputs that require grad) first traces its branches into graphs
+    (materialize_as_graph: a fresh tensor like each input, made with every mode disabled, then make_fx), which on
+    simulated tensors reached the CPU build's CUDA backend (a raw NotImplementedError). Refused by name; without
+    autograd these operators run eagerly (simdist/faces/dispatch.py _higher_order)."""
+    if isinstance(t, torch.Tensor) and getattr(t, "device", None) is not None and t.device.type == "cuda":
+        raise UnsupportedOperation(
+            "autograd through a control-flow higher-order operator (torch.cond, while_loop, scan, map with inputs "
+            "that require grad) on simulated CUDA tensors is not modelled by simdist: it traces its branches into "
+            "graphs first (materialize_as_graph); the same operators without autograd run eagerly")
+    return _orig_hop_from_fun(t)
+
+
+_flex_hop = importlib.import_module("torch._higher_order_ops.flex_attention")  # (the package's name is the HOP)
+
+_orig_flex_fw_bw_graph = _flex_hop.create_fw_bw_graph
+
+
+def _flex_fw_bw_graph(*args, **kwargs):
+    """flex_attention's autograd traces score_mod / mask_mod into forward and backward graphs (make_fx over fresh
+    example tensors, with simdist's mode disabled): on simulated tensors that failed with a raw TypeError
+    ("Multiple dispatch failed for aten.where.self"). Where it fails it is refused by name; flex_attention without
+    autograd, or with the default score_mod, runs eagerly through its dense kernels."""
+    try:
+        return _orig_flex_fw_bw_graph(*args, **kwargs)
+    except (TypeError, NotImplementedError, RuntimeError) as e:
+        raise UnsupportedOperation(
+            "flex_attention's autograd with this score_mod / mask_mod on simulated CUDA tensors is not modelled by "
+            "simdist: it traces them into graphs first (create_fw_bw_graph), which failed with "
+            f"{type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+
+
+_nvtx_warned = []
+
+
+def _emit_nvtx_enter(self):
+    """torch.autograd.profiler.emit_nvtx().__enter__ during a run: as torch's (torch/autograd/profiler.py), it
+    synchronizes the device and runs the profiler-start callbacks, but emits no NVTX ranges (one warning): the
+    CPU build has no NVTX ("Can't use NVTX profiler - PyTorch was compiled without CUDA", a raw RuntimeError), and
+    ranges are annotations for a profiler that a simulated device has none of: they order nothing."""
+    if not self.enabled:
+        return None
+    if self.entered:
+        raise RuntimeError("NVTX annotation context manager is not reentrant")
+    self.entered = True
+    torch.cuda.synchronize()
+    if not _nvtx_warned:
+        _nvtx_warned.append(True)
+        warnings.warn("simdist: emit_nvtx emits no NVTX ranges on simulated devices (no profiler reads them); its "
+                      "device synchronizations are kept", stacklevel=2)
+    torch.autograd.profiler._run_on_profiler_start()
+    return self
+
+
+def _emit_nvtx_exit(self, exc_type, exc_val, exc_tb):
+    if not self.enabled:
+        return None
+    torch.cuda.synchronize()
+    torch.autograd.profiler._run_on_profiler_stop()
+    return False
 
 
 def _profile_init(self, enabled=True, **kwargs):
