@@ -1368,3 +1368,35 @@ def test_rms_norm_is_the_two_fused_kernels_a_gpu_runs():
     names = _kernel_names(res)
     assert names.count("_fused_rms_norm") == 7 and names.count("_fused_rms_norm_backward") == 7
     assert "rsqrt" not in names and "pow" not in names
+
+
+def test_a_dlpack_round_trip_shares_the_simulated_memory():
+    """torch.from_dlpack(torch.utils.dlpack.to_dlpack(x)) and torch.from_dlpack(x) (the __dlpack__ protocol, on the
+    consumer's current stream) give a tensor sharing x's memory with no autograd history (torch/utils/dlpack.py,
+    torch/_tensor.py __dlpack__); a capsule is consumed once. The CPU build's exporter made a capsule of the
+    wrapper's placeholder and the import a plain CUDA tensor outside the simulation (`.cpu()` then failed an
+    internal assert). Export onto another stream is refused by name."""
+    def prog():
+        x = torch.arange(3.0, device="cuda")
+        cap = torch.utils.dlpack.to_dlpack(x)
+        y = torch.from_dlpack(cap)
+        y.add_(10)
+        z = torch.from_dlpack(x)
+        try:
+            torch.from_dlpack(cap)
+            again = None
+        except RuntimeError as e:
+            again = str(e)
+        side = torch.cuda.Stream()
+        try:
+            x.__dlpack__(stream=side.cuda_stream)
+            other = None
+        except simdist.UnsupportedOperation as e:
+            other = str(e)
+        return (type(y) is type(x), y.data_ptr() == x.data_ptr() == z.data_ptr(), x.cpu().tolist(),
+                z.requires_grad, again, other)
+
+    same_type, same_ptr, vals, grad, again, other = simdist.run(prog).returns[0]
+    assert same_type and same_ptr and vals == [10.0, 11.0, 12.0] and not grad
+    assert again and "consumed only once" in again
+    assert other and "another stream" in other

@@ -683,6 +683,11 @@ def _patch_list():
         (torch.autograd.profiler.profile, "__init__", _profile_init),
         (torch.autograd.profiler.emit_nvtx, "__enter__", _emit_nvtx_enter),
         (_hop_utils, "_from_fun", _hop_from_fun),
+        (torch.Tensor, "__dlpack__", _tensor_dlpack),
+        (torch._C, "_from_dlpack", _from_dlpack),
+        (torch._C, "_to_dlpack", _to_dlpack),
+        (torch.utils.dlpack, "to_dlpack", _to_dlpack),
+        (torch, "to_dlpack", _to_dlpack),
         (_flex_hop, "create_fw_bw_graph", _flex_fw_bw_graph),
         (torch.autograd.profiler.emit_nvtx, "__exit__", _emit_nvtx_exit),
     ]
@@ -791,6 +796,62 @@ def _flex_fw_bw_graph(*args, **kwargs):
             "flex_attention's autograd with this score_mod / mask_mod on simulated CUDA tensors is not modelled by "
             "simdist: it traces them into graphs first (create_fw_bw_graph), which failed with "
             f"{type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+
+
+class SimDLPack:
+    """What DLPack export of a simulated tensor gives (torch.utils.dlpack.to_dlpack, Tensor.__dlpack__): a capsule
+    that torch.from_dlpack turns back into a tensor sharing its memory. Only torch in this process can consume
+    it (the bytes live in the simulated device); as a DLPack capsule it can be consumed once."""
+
+    __slots__ = ("tensor", "consumed")
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.consumed = False
+
+    def __repr__(self):
+        return f"<simdist DLPack capsule of a {tuple(self.tensor.shape)} {self.tensor.dtype} tensor on {self.tensor.device}>"
+
+
+_orig_dlpack = torch.Tensor.__dlpack__
+_orig_from_dlpack = torch._C._from_dlpack
+_orig_to_dlpack = torch._C._to_dlpack
+
+
+def _to_dlpack(t):
+    from .tensor import SimTensor
+    if type(t) is SimTensor:
+        if t.requires_grad:  # (torch's message, torch/csrc/utils/tensor_new.cpp)
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        return SimDLPack(t)
+    return _orig_to_dlpack(t)
+
+
+def _tensor_dlpack(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
+    """Tensor.__dlpack__ of a simulated tensor (torch/_tensor.py): the consumer's stream must be ordered after the
+    producer's current stream; simdist models the exchange on the same stream (what torch.from_dlpack between two
+    torch tensors asks for: the current stream), and refuses another stream, or another device, by name."""
+    from .tensor import SimTensor
+    if type(self) is not SimTensor:
+        return _orig_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+    if dl_device is not None and tuple(dl_device) != tuple(self.__dlpack_device__()):
+        raise UnsupportedOperation(f"a DLPack export of a simulated tensor to device {tuple(dl_device)} is not "
+                                   "modelled by simdist (the same device is)")
+    cur = torch.cuda.current_stream(self.device).cuda_stream
+    if stream not in (None, -1, cur) and not (stream == 1 and cur == 0):
+        raise UnsupportedOperation(f"a DLPack export of a simulated tensor onto another stream ({stream}, the current "
+                                   f"one is {cur}) is not modelled by simdist (the current stream is)")
+    return _to_dlpack(self.clone() if copy else self)
+
+
+def _from_dlpack(capsule):
+    if isinstance(capsule, SimDLPack):
+        if capsule.consumed:
+            raise RuntimeError("from_dlpack received an invalid capsule. Note that DLTensor capsules can be consumed "
+                               "only once, so you might have already constructed a tensor from it once.")
+        capsule.consumed = True
+        return capsule.tensor.detach()  # the same memory, no autograd history
+    return _orig_from_dlpack(capsule)
 
 
 _nvtx_warned = []
