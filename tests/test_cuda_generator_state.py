@@ -136,3 +136,32 @@ def test_a_graph_made_before_a_move_cannot_put_its_gradient_on_the_other_object(
     import pytest
     with pytest.raises(Exception, match="graph made before simdist moved it"):
         simdist.run(_old_graph_after_a_move)
+
+
+def test_the_philox_offset_api_saves_and_restores_a_device_generator():
+    """torch.cuda._get_rng_state_offset / _set_rng_state_offset and Generator.get_offset / set_offset of a CUDA
+    generator (aten/src/ATen/cuda/CUDAGeneratorImpl.cpp: Philox offsets are multiples of 4, "offset must be a
+    multiple of 4"; functionalized RNG and checkpointing save and restore it): setting a saved offset back draws
+    the same values again; an offset not a multiple of 4 is refused as CUDA refuses it; get_rng_state carries the
+    same offset. simdist's device generators are CPU generators underneath and raised "CPU Generator does not use
+    offset"."""
+    def prog():
+        torch.cuda.manual_seed(0)
+        a = torch.cuda._get_rng_state_offset()
+        x = torch.randn(8, device="cuda")
+        b = torch.cuda._get_rng_state_offset()
+        state_offset = torch.cuda.get_rng_state()[8:16].view(torch.int64).item()
+        torch.cuda._set_rng_state_offset(a)
+        y = torch.randn(8, device="cuda")
+        g = torch.Generator("cuda")
+        g.set_offset(8)
+        try:
+            g.set_offset(5)
+            bad = None
+        except RuntimeError as e:
+            bad = str(e)
+        return a, b, state_offset, torch.equal(x, y), g.get_offset(), bad
+
+    a, b, state_offset, same, off, bad = simdist.run(prog).returns[0]
+    assert (a, b, state_offset, same, off) == (0, 4, 4, True, 8)
+    assert bad == "offset must be a multiple of 4"

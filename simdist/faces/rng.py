@@ -92,16 +92,33 @@ class SimGenerator(_Generator):
 
     def get_state(self):
         """A CPU generator's own state. A device generator's: (seed, offset) in 16 bytes, like CUDA's Philox
-        state."""
+        state, the offset as get_offset() gives it."""
         if self._sim_device.type == "cpu":
             return super().get_state()
-        return torch.tensor([self._state.seed, self._state.offset], dtype=torch.int64).view(torch.uint8)
+        return torch.tensor([self._state.seed, PHILOX_STEP * self._state.offset], dtype=torch.int64).view(torch.uint8)
 
     def set_state(self, state):
         if self._sim_device.type == "cpu":
             return super().set_state(state)
         seed, off = state[:16].view(torch.int64).tolist()
-        self._state.seed, self._state.offset = int(seed), int(off)  # into the shared state, as CUDA writes it
+        _check_offset(off)
+        self._state.seed, self._state.offset = int(seed), int(off) // PHILOX_STEP  # the shared state, as CUDA's
+        return self
+
+    def get_offset(self):
+        """CUDAGeneratorImpl::get_offset (torch.cuda._get_rng_state_offset reads it): Philox's offset, which each
+        random op advances by a multiple of 4; here by 4 per op (a GPU's step depends on the kernel's launch
+        shape, so the number is not a GPU's; saving it and setting it back is what programs do with it). A CPU
+        generator's is torch's ("CPU Generator does not use offset")."""
+        if self._sim_device.type == "cpu":
+            return super().get_offset()
+        return PHILOX_STEP * self._state.offset
+
+    def set_offset(self, offset):
+        if self._sim_device.type == "cpu":
+            return super().set_offset(offset)
+        _check_offset(offset)
+        self._state.offset = int(offset) // PHILOX_STEP
         return self
 
     def clone_state(self):
@@ -124,6 +141,14 @@ class SimGenerator(_Generator):
             raise RuntimeError("Expected a CUDA Generator")
         self._hold(other._state)
         return self
+
+
+PHILOX_STEP = 4  # CUDA's Philox offsets are multiples of 4 (CUDAGeneratorImpl: "offset must be a multiple of 4")
+
+
+def _check_offset(offset):
+    if int(offset) % PHILOX_STEP:
+        raise RuntimeError("offset must be a multiple of 4")  # (CUDAGeneratorImpl::set_offset / set_state's check)
 
 
 def launch_seed(gen):
