@@ -355,3 +355,15 @@ def test_torch_load_of_a_dtensor_state_dict_in_a_rank():
     r = simdist.run(fn, world_size=2, torchrun=True).returns
     assert r == [("DTensor", "cuda:0", True, [0.0, 1.0, 2.0, 3.0], "cpu", True),
                  ("DTensor", "cuda:1", True, [4.0, 5.0, 6.0, 7.0], "cpu", True)]
+
+
+def test_a_pinned_storage_reads_as_pinned():
+    """UntypedStorage.pin_memory() (torch/storage.py: a temporary tensor over the storage is pinned and only the
+    storage is returned) gives pinned memory: is_pinned() is True, as on a GPU, and so is a tensor viewing it.
+    simdist keyed pinned memory by the temporary tensor, so the storage read as not pinned."""
+    def fn():
+        s = torch.UntypedStorage(16).pin_memory()
+        t = torch.empty(0, dtype=torch.float32).set_(s)
+        return s.is_pinned(), t.is_pinned(), torch.UntypedStorage(16).is_pinned()
+
+    assert simdist.run(fn).returns == [(True, True, False)]

@@ -41,7 +41,11 @@ class HostMemory:
 
     # --- page-locked host memory ----------------------------------------
     def pin(self, t):
-        self.pinned[t.untyped_storage().data_ptr()] = weakref.ref(t)
+        # keyed by the storage, alive while it is: Storage.pin_memory() (torch/storage.py) pins a temporary tensor
+        # over the storage and returns only the storage, which then read as not pinned (torch keeps one Python
+        # object per storage while any tensor or reference holds it)
+        st = t.untyped_storage()
+        self.pinned[st.data_ptr()] = weakref.ref(st)
         return t
 
     def is_pinned(self, t):
