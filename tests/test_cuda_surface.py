@@ -176,3 +176,20 @@ def test_cuda_profiler_ranges_and_emit_nvtx_run_and_keep_their_synchronizations(
         res = simdist.run(prog)
     assert res.returns == [768.0]
     assert not res.hazards, res.report()
+
+
+def test_arch_list_and_the_raw_current_stream_answer_as_a_cuda_build():
+    """torch.cuda.get_arch_list() of a CUDA build lists the architectures it was compiled for (the CPU build: [],
+    so library checks like `"sm_90" in get_arch_list()` took the CPU path) and includes the simulated H200's sm_90;
+    get_gencode_flags follows from it. torch._C._cuda_getCurrentRawStream(i) (Triton / inductor launchers) is the
+    current stream's cuda_stream (the CPU build has no such binding: a raw AttributeError)."""
+    def prog():
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            raw_side = torch._C._cuda_getCurrentRawStream(0)
+        return (torch.cuda.get_arch_list(), torch.cuda.get_gencode_flags(), raw_side == side.cuda_stream,
+                torch._C._cuda_getCurrentRawStream(0) == torch.cuda.current_stream().cuda_stream)
+
+    archs, flags, side_ok, cur_ok = simdist.run(prog).returns[0]
+    assert "sm_90" in archs and "code=sm_90" in flags and side_ok and cur_ok
+    assert torch.cuda.get_arch_list() == [] and not hasattr(torch._C, "_cuda_getCurrentRawStream")  # undone

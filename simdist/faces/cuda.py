@@ -620,6 +620,22 @@ def get_device_capability(device=None):
     return (9, 0)
 
 
+# the architectures of a CUDA 12.8 build of torch (TORCH_CUDA_ARCH_LIST of the cu128 wheels: Turing to Blackwell);
+# libraries check that the device's sm_90 is among them before taking a fused path. The CPU build gives [].
+ARCH_LIST = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+
+
+def get_arch_list():
+    return list(ARCH_LIST)
+
+
+def _current_raw_stream(device_index):
+    """torch._C._cuda_getCurrentRawStream(device_index): the current stream's cudaStream_t as an int (Triton and
+    inductor's generated launchers pass it to kernels): the simulated stream's `cuda_stream`, which
+    torch.cuda.ExternalStream / Stream(stream_ptr=...) lookups of simdist resolve back."""
+    return current_stream(device_index).cuda_stream
+
+
 def is_bf16_supported(including_emulation=True):
     return True
 
@@ -978,6 +994,7 @@ def cuda_patches():
         is_current_stream_capturing=is_current_stream_capturing, ExternalStream=ExternalStream,
         get_sync_debug_mode=get_sync_debug_mode, set_sync_debug_mode=set_sync_debug_mode,
         check_error=_check_error,  # (torch/cuda/profiler.py binds it at import: the alias scan swaps it there too)
+        get_arch_list=get_arch_list,
         graph_pool_handle=_refused("torch.cuda.graph_pool_handle (CUDA graphs)"),
         current_blas_handle=_refused("torch.cuda.current_blas_handle (a raw cuBLAS handle)"),
     )
@@ -997,6 +1014,7 @@ def cuda_patches():
     out += [(torch.backends.cuda, "is_built", _true),
             (torch._C, "_cuda_cudaCachingAllocator_enable", _caching_allocator_enable),
             (torch._C, "_cuda_cudaCachingAllocator_is_enabled", _true),
+            (torch._C, "_cuda_getCurrentRawStream", _current_raw_stream),
             (c, "get_stream_from_external", _refused("torch.cuda.get_stream_from_external (a CUDA stream made "
                                                      "outside torch, from a raw cudaStream_t)")),
             (c, "current_solver_handle", _refused("torch.cuda.current_solver_handle (a raw cuSOLVER handle)"))]
