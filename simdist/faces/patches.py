@@ -682,13 +682,13 @@ def _patch_list():
         (threading, "excepthook", _thread_excepthook),
         (torch.autograd.profiler.profile, "__init__", _profile_init),
         (torch.autograd.profiler.emit_nvtx, "__enter__", _emit_nvtx_enter),
-        (_hop_utils, "_from_fun", _hop_from_fun),
+        *([(_hop_utils, "_from_fun", _hop_from_fun)] if _orig_hop_from_fun is not None else []),
         (torch.Tensor, "__dlpack__", _tensor_dlpack),
         (torch._C, "_from_dlpack", _from_dlpack),
         (torch._C, "_to_dlpack", _to_dlpack),
         (torch.utils.dlpack, "to_dlpack", _to_dlpack),
         (torch, "to_dlpack", _to_dlpack),
-        (_flex_hop, "create_fw_bw_graph", _flex_fw_bw_graph),
+        *([(_flex_hop, "create_fw_bw_graph", _flex_fw_bw_graph)] if _orig_flex_fw_bw_graph is not None else []),
         (torch.autograd.profiler.emit_nvtx, "__exit__", _emit_nvtx_exit),
     ]
     items += c10d_patches()
@@ -762,7 +762,7 @@ _profile_warned = []
 
 _hop_utils = importlib.import_module("torch._higher_order_ops.utils")  # (imported by torch itself)
 
-_orig_hop_from_fun = _hop_utils._from_fun
+_orig_hop_from_fun = getattr(_hop_utils, "_from_fun", None)  # (torch 2.11 and 2.13 have both; guarded all the same)
 
 
 def _hop_from_fun(t):
@@ -779,9 +779,12 @@ def _hop_from_fun(t):
     return _orig_hop_from_fun(t)
 
 
-_flex_hop = importlib.import_module("torch._higher_order_ops.flex_attention")  # (the package's name is the HOP)
+try:
+    _flex_hop = importlib.import_module("torch._higher_order_ops.flex_attention")  # (the package's name is the HOP)
+except ImportError:  # (a torch without it)
+    _flex_hop = None
 
-_orig_flex_fw_bw_graph = _flex_hop.create_fw_bw_graph
+_orig_flex_fw_bw_graph = getattr(_flex_hop, "create_fw_bw_graph", None)
 
 
 def _flex_fw_bw_graph(*args, **kwargs):
