@@ -161,32 +161,47 @@ def serve():
                 pass
         if not data:
             for pid in children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _kill_group(pid)
             os._exit(0)
         request = pickle.loads(data)
         if request[0] == "kill":
             if request[1] in children:
-                try:
-                    os.kill(request[1], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                _kill_group(request[1])
             continue
         _, entry, env, cwd = request
         pid = os.fork()
         if pid == 0:
             _child(sock, fds, entry, env, cwd)
+        try:
+            os.setpgid(pid, pid)  # (the child does it too: whichever runs first)
+        except OSError:  # it has exec'd or exited already
+            pass
         for fd in fds:
             os.close(fd)
         children.add(pid)
         sock.send(pickle.dumps(("forked", pid)))
 
 
+def _kill_group(pid):
+    """Kill a rank and every process it started that is still in its process group (a multiprocessing Manager's
+    server, a spawned helper): a rank killed alone left those running, holding the run's stdout, so a pipe after
+    `simdist run` never closed (torchrun's agent ends its workers' process groups alike)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _child(sock, fds, entry, env, cwd):
     status = 1
     try:
+        try:
+            os.setpgid(0, 0)  # the rank leads a process group of its own (what it starts stays in it)
+        except OSError:
+            pass
         sock.close()
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)

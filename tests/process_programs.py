@@ -93,6 +93,21 @@ def leaves_a_manager_and_an_exit_handler(path):
     return True
 
 
+def starts_a_manager_then_fails(path):
+    """Every rank starts a multiprocessing Manager (a process of its own) and writes its pid; then rank 1 raises
+    while rank 0 waits for it in a barrier, so the run ends by killing rank 0's process."""
+    import multiprocessing as mp
+    manager = mp.get_context("spawn").Manager()
+    manager.Queue()
+    with open(f"{path}.{dist.get_rank()}", "w") as f:
+        f.write(str(manager._process.pid))
+    dist.barrier()
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 fails")
+    dist.barrier()
+    return True
+
+
 def blocks_on_a_pipe_nobody_writes():
     """Rank 0 reads a pipe that no one writes (as a rank waiting on a worker that died): a stall, not a hang."""
     x = torch.ones(4, device="cuda")

@@ -215,3 +215,23 @@ def test_a_rank_process_runs_its_exit_handlers(tmp_path):
         time.sleep(0.05)
     else:
         raise AssertionError(f"the Manager process {pid} outlived the run")
+
+
+def test_a_failed_run_ends_the_processes_its_ranks_started(tmp_path):
+    """When a run fails, every rank process is killed together with the processes it started (each rank leads a
+    process group of its own, and the whole group is killed, as torchrun's agent ends its workers): a killed rank
+    left its multiprocessing Manager's server running, re-parented to init and holding the run's stdout, so
+    `simdist run ... | tee log` never finished (seen with Megatron's dist_checkpointing after a failed save)."""
+    import os
+    path = str(tmp_path / "manager")
+    with pytest.raises(ValueError, match="rank 1 fails"):
+        simdist.run(P.starts_a_manager_then_fails, args=(path,), world_size=2, transport="processes")
+    for rank in (0, 1):
+        pid = int(open(f"{path}.{rank}").read())
+        for _ in range(200):
+            if not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z":
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            raise AssertionError(f"rank {rank}'s Manager process {pid} outlived the failed run")

@@ -458,6 +458,11 @@ def dispatch(me, func, args, kwargs):
         info = op_info(func)
     if info.rule is not None:
         return info.rule(me, func, args, kwargs)
+    if info.implicit:  # a CompositeImplicitAutograd op reaching the mode (inference mode): run its decomposition
+        with me.face:
+            r = func.decompose(*args, **kwargs)
+        if r is not NotImplemented:
+            return r
     if info.python_kernel is not None:  # an op written in Python: its own ops are simulated one by one
         return func.redispatch(info.python_kernel, *args, **kwargs)
     kind = info.kind
@@ -471,6 +476,20 @@ def dispatch(me, func, args, kwargs):
 
 
 def _view(me, func, info, args, kwargs):
+    if _inference_mode() and not args[0].is_inference():
+        # under torch.inference_mode() a view of a tensor made outside it is an ordinary tensor (c10/core/
+        # InferenceMode.h: views keep their base's kind); a wrapper made while the mode is on would be an
+        # inference tensor, which autograd's view bookkeeping refuses ("Cannot set version_counter for inference
+        # tensor": every Linear's w.t() under Megatron's inference engine)
+        with torch.inference_mode(False):
+            return _view_of(me, func, args, kwargs)
+    return _view_of(me, func, args, kwargs)
+
+
+_inference_mode = torch.is_inference_mode_enabled
+
+
+def _view_of(me, func, args, kwargs):
     unwrapped = _unwrap(me, args, kwargs, False)
     res = func(*unwrapped.args, **unwrapped.kwargs)
     src = unwrapped.sims[0]

@@ -17,11 +17,12 @@ class OpInfo:
     """How the dispatch mode treats one op overload (simdist/faces/dispatch.py)."""
 
     __slots__ = ("kind", "mutable_pos", "mutable_names", "ret_alias", "has_generator", "name", "out_variant",
-                 "rule", "random", "func", "out_op", "reads_data", "python_kernel", "device_check")
+                 "rule", "random", "func", "out_op", "reads_data", "python_kernel", "device_check", "implicit")
 
     def __init__(self):
         self.rule = None
         self.python_kernel = None
+        self.implicit = False
         self.out_variant = None
         self.out_op = None
         self.func = None
@@ -87,7 +88,20 @@ def _classify(func):
         info.rule = out_rule_for(func)
     if info.rule is None:
         info.python_kernel = _python_kernel_keyset(func)
+        info.implicit = _composite_implicit(func)
     return info
+
+
+def _composite_implicit(func):
+    """Whether the op is CompositeImplicitAutograd (aten.to.dtype, linear, matmul, ...): a GPU runs it as the ops
+    of its decomposition. Outside inference mode the Autograd key decomposes it before it reaches the dispatch
+    mode; under torch.inference_mode() the Autograd keys are excluded and the op itself reached simdist, which
+    ran it as one CPU kernel whose result was not in simulated memory (`t.bool()` read poison, with a negative
+    storage offset). FakeTensorMode decomposes such ops itself, as simdist now does (dispatch.py dispatch)."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+    except Exception:  # noqa: BLE001 - an op torch cannot look up (it then runs as before)
+        return False
 
 
 # --- device checks ---------------------------------------------------------------------------------------------
