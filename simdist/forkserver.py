@@ -172,25 +172,39 @@ def serve():
         pid = os.fork()
         if pid == 0:
             _child(sock, fds, entry, env, cwd)
-        try:
-            os.setpgid(pid, pid)  # (the child does it too: whichever runs first)
-        except OSError:  # it has exec'd or exited already
-            pass
         for fd in fds:
             os.close(fd)
         children.add(pid)
         sock.send(pickle.dumps(("forked", pid)))
 
 
+def _descendants(pid):
+    """Every live process below `pid` (from /proc: each process's parent), deepest last."""
+    parents = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            parents.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 def _kill_group(pid):
-    """Kill a rank and every process it started that is still in its process group (a multiprocessing Manager's
-    server, a spawned helper): a rank killed alone left those running, holding the run's stdout, so a pipe after
-    `simdist run` never closed (torchrun's agent ends its workers' process groups alike)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+    """Kill a rank and every process it started (a multiprocessing Manager's server, a spawned helper): a rank
+    killed alone left those running, re-parented to init and holding the run's stdout, so a pipe after `simdist
+    run` never closed (torchrun's agent ends its workers' processes alike). The rank stays in the launcher's
+    process group, so whoever kills that group still kills the ranks."""
+    for p in [pid] + _descendants(pid):
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(p, signal.SIGKILL)
         except ProcessLookupError:
             pass
 
@@ -198,10 +212,6 @@ def _kill_group(pid):
 def _child(sock, fds, entry, env, cwd):
     status = 1
     try:
-        try:
-            os.setpgid(0, 0)  # the rank leads a process group of its own (what it starts stays in it)
-        except OSError:
-            pass
         sock.close()
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)

@@ -218,8 +218,8 @@ def test_a_rank_process_runs_its_exit_handlers(tmp_path):
 
 
 def test_a_failed_run_ends_the_processes_its_ranks_started(tmp_path):
-    """When a run fails, every rank process is killed together with the processes it started (each rank leads a
-    process group of its own, and the whole group is killed, as torchrun's agent ends its workers): a killed rank
+    """When a run fails, every rank process is killed together with the processes it started (its descendants, as
+    torchrun's agent ends its workers' processes): a killed rank
     left its multiprocessing Manager's server running, re-parented to init and holding the run's stdout, so
     `simdist run ... | tee log` never finished (seen with Megatron's dist_checkpointing after a failed save)."""
     import os
