@@ -458,7 +458,12 @@ def dispatch(me, func, args, kwargs):
         info = op_info(func)
     if info.rule is not None:
         return info.rule(me, func, args, kwargs)
-    if info.implicit:  # a CompositeImplicitAutograd op reaching the mode (inference mode): run its decomposition
+    if info.implicit and info.kind is VIEW and _inference_mode():
+        # a CompositeImplicitAutograd op whose result may or may not alias its input (to, contiguous, reshape,
+        # flatten, expand_as, ...) reaches the mode only under inference mode (the Autograd keys that decompose it
+        # are excluded there): run its decomposition, whose ops say which; run whole, it was taken for a view of
+        # its input while its CPU result was a new tensor (`t.bool()` read poison). Other composite ops keep
+        # running whole, as a GPU's fused kernels do (silu, rms_norm: tests/test_torch_surface.py)
         with me.face:
             r = func.decompose(*args, **kwargs)
         if r is not NotImplemented:

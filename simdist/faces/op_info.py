@@ -93,11 +93,10 @@ def _classify(func):
 
 
 def _composite_implicit(func):
-    """Whether the op is CompositeImplicitAutograd (aten.to.dtype, linear, matmul, ...): a GPU runs it as the ops
-    of its decomposition. Outside inference mode the Autograd key decomposes it before it reaches the dispatch
-    mode; under torch.inference_mode() the Autograd keys are excluded and the op itself reached simdist, which
-    ran it as one CPU kernel whose result was not in simulated memory (`t.bool()` read poison, with a negative
-    storage offset). FakeTensorMode decomposes such ops itself, as simdist now does (dispatch.py dispatch)."""
+    """Whether the op is CompositeImplicitAutograd (aten.to.dtype, contiguous, reshape, linear, ...). Outside
+    inference mode the Autograd key decomposes it before it reaches the dispatch mode; under
+    torch.inference_mode() the Autograd keys are excluded and the op itself reaches simdist (dispatch.py dispatch
+    decomposes the ones whose result may alias their input, as FakeTensorMode decomposes such ops)."""
     try:
         return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
     except Exception:  # noqa: BLE001 - an op torch cannot look up (it then runs as before)
