@@ -37,6 +37,7 @@ from ..engine.context import current_rank, live_ranks
 from ..engine.errors import CollectiveMismatch, NcclError, SimulationError, UnsupportedOperation
 from ..engine.frames import capture_frames
 from . import guard, guard_events
+from .cuda import _refused
 from .tensor import SimTensor
 
 
@@ -1669,13 +1670,6 @@ def c10d_patches():
     return out
 
 
-def _refusal(what, why):
-    def refuse(*args, **kwargs):
-        raise UnsupportedOperation(f"{what} is not modelled by simdist: {why}")
-    refuse.__name__ = what.rsplit(".", 1)[-1].split("(")[0]
-    return refuse
-
-
 def _unmodelled_transports():
     """Cross-rank transports other than process groups, refused by name: on the CPU build they raised raw errors
     (symmetric memory: "SymmetricMemory MemPool did not find backend for device type cuda") or, for RPC, hung a
@@ -1688,13 +1682,13 @@ def _unmodelled_transports():
     if symm is not None:
         why = ("symmetric memory (one buffer mapped into every rank's address space, read and written by peer "
                "kernels: torchtitan's async TP, vLLM's custom all-reduce) has no model of remote loads and stores")
-        out += [(symm, n, _refusal(f"torch.distributed._symmetric_memory.{n}", why))
+        out += [(symm, n, _refused(f"torch.distributed._symmetric_memory.{n}", f"is not modelled by simdist: {why}"))
                 for n in ("empty", "rendezvous", "enable_symm_mem_for_group", "get_symm_mem_workspace")
                 if hasattr(symm, n)]
     rpc = getattr(dist, "rpc", None)
     if rpc is not None and hasattr(rpc, "init_rpc"):
-        out.append((rpc, "init_rpc", _refusal(
-            "torch.distributed.rpc.init_rpc", "RPC (TensorPipe agents, remote references, distributed autograd) "
+        out.append((rpc, "init_rpc", _refused(
+            "torch.distributed.rpc.init_rpc", "is not modelled by simdist: RPC (TensorPipe agents, remote references, distributed autograd) "
             "is a transport of its own beside the process groups; run the ranks' RPC code without simdist")))
     return out
 
