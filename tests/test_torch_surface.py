@@ -712,6 +712,8 @@ def test_sparse_and_strided_nested_tensors_on_a_simulated_device_are_refused_by_
                                             torch.tensor([1., 2.], device="cuda"), (2, 2)),
             lambda: torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], device="cuda"),
             lambda: torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)]).cuda(),
+            # (built from simulated CUDA tensors: the device reaches _nested_tensor_from_tensor_list positionally)
+            lambda: torch.nested.nested_tensor([torch.randn(2, 3, device="cuda"), torch.randn(4, 3, device="cuda")]),
         ]
         for case in cases:
             try:
@@ -724,7 +726,7 @@ def test_sparse_and_strided_nested_tensors_on_a_simulated_device_are_refused_by_
         out.append(torch.equal((nt * 2 + 1).values().cpu(), torch.cat([a, b]) * 2 + 1))
         return out
 
-    assert simdist.run(fn).returns == [[True] * 6 + [True]]
+    assert simdist.run(fn).returns == [[True] * 7 + [True]]
 
 
 def test_stream_priorities_are_clamped_to_the_pools_and_priority_range_answers():

@@ -680,6 +680,13 @@ def _functional(me, func, info, args, kwargs, kernel=None):
     except NotImplementedError as e:  # data-dependent output size or no meta kernel: compute it synchronously
         if "not implemented for '" in str(e):
             raise  # a dtype the kernel (or CUDA's: rules/meta_fixes.py) does not implement: refused at the call
+        if "'CUDA' backend" in str(e):
+            # a device passed positionally reached this CPU build's CUDA backend: the CPU op cannot compute it
+            # either (torch.nested.nested_tensor's _nested_tensor_from_tensor_list makes a strided nested tensor so)
+            if "nested" in str(func):
+                dense_only(func, torch.strided, True)
+            raise UnsupportedOperation(f"{func} on a simulated CUDA device is not modelled by simdist (it reached "
+                                       f"torch's CUDA backend directly: {str(e)[:120]})") from e
         return _sync_compute(me, func, info, unwrapped)
     except Exception as e:  # noqa: BLE001
         # a shape/dtype error in the program raises here, at the call, as torch would: the real op refuses
