@@ -1251,3 +1251,40 @@ def test_the_default_streams_cuda_stream_handle_is_the_null_stream():
                 f"cuda_stream={side.cuda_stream:#x} " in repr(side),
                 (torch.cuda.current_stream().native_handle, side.native_handle == side.cuda_stream))
     assert simdist.run(fn, device_count=2).returns == [(0, 0, 0, True, 2, True, True, (0, True))]
+
+
+def _numpy_gaussians_across_switches():
+    import numpy as _np
+    import torch.distributed as dist
+    dist.init_process_group("nccl")
+    k = dist.get_rank()
+    torch.cuda.set_device(k)
+    t = torch.ones(1, device="cuda")
+    if k == 0:
+        _np.random.seed(11)
+    out = []
+    for _ in range(3):
+        if k == 0:
+            out.append(float(_np.random.randn()))  # the first of a pair leaves the second cached (has_gauss)
+        dist.all_reduce(t)
+        t.item()  # (each rank waits for the other: the thread transport switches ranks here)
+        if k == 1:
+            out.append(float(_np.random.randn()))
+    return out, _np.random.get_state()[2:]
+
+
+def test_numpy_global_state_is_each_rank_threads_own_across_switches_cached_gaussians_included():
+    """Rule: each torchrun process has its own numpy global RandomState; with ranks as threads simdist swaps it at
+    every rank switch, skipping the swap when the MT19937 bytes are equal and no Gaussian is cached (the legacy
+    normal draws two values and caches the second: `has_gauss`, consumed by the next draw without changing the
+    bytes, numpy/random/mtrand.pyx legacy_gauss). Rank 0 seeds and draws a Gaussian before each switch; rank 1
+    never seeds and draws after each switch: each must get what a process of its own gets (rank 1: its own
+    unseeded stream, which `processes` gives), never the other's cached value."""
+    import numpy as _np
+    _np.random.seed(11)
+    want0 = [float(_np.random.randn()) for _ in range(3)]
+    threads = simdist.run(_numpy_gaussians_across_switches, world_size=2)
+    procs = simdist.run(_numpy_gaussians_across_switches, world_size=2, transport="processes")
+    assert threads.returns[0][0] == want0
+    assert [r[0] for r in threads.returns] == [r[0] for r in procs.returns]
+    assert [r[1] for r in threads.returns] == [r[1] for r in procs.returns]  # (pos, has_gauss, gauss) too

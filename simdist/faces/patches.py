@@ -5,6 +5,7 @@ thread that is not a simulated rank behaves like the original.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import os
@@ -1063,10 +1064,13 @@ def _restore(saved):
             setattr(owner, name, old)
 
 
-def host_rng_states():
-    """The process-global host generators' states: torch's default CPU generator, Python's random, numpy's."""
+def host_rng_states(prev=None):
+    """The process-global host generators' states: torch's default CPU generator, Python's random, numpy's.
+    `prev`: the states these were set to (a rank's at its resume); numpy's is then reused if it cannot have
+    changed (`_numpy_state`)."""
     np = sys.modules.get("numpy")
-    return (_cpu_gen.get_state(), random.getstate(), np.random.get_state() if np is not None else None)
+    npy = _numpy_state(np, prev[2] if prev is not None else None) if np is not None else None
+    return (_cpu_gen.get_state(), random.getstate(), npy)
 
 
 def set_host_rng_states(states):
@@ -1075,7 +1079,55 @@ def set_host_rng_states(states):
     random.setstate(py)
     np = sys.modules.get("numpy")
     if np is not None and npy is not None:
-        np.random.set_state(npy)
+        _set_numpy_state(np, npy)
+
+
+# numpy's global RandomState, swapped at every rank switch of the thread transport, cost ~115 us a switch in
+# get_state / set_state (its 624-word key copied into a new array each way), most of a switch for programs that
+# never draw from numpy. Its MT19937 bit generator's state (uint32 key[624]; int pos: numpy/random/src/mt19937)
+# is read raw instead (2,500 bytes, 0.6 us): a state equal in those bytes is the same state, unless a cached
+# Gaussian is pending (RandomState's has_gauss, which a legacy normal draw clears without drawing), so the full
+# state is taken only when the bytes differ or a Gaussian is cached, and set as bytes unless one is cached. A numpy state here: (raw | None, get_state()).
+_MT_STATE_BYTES = 624 * 4 + 4
+_numpy_last = [None]  # the numpy state last read or set: (raw, has_gauss) then; raw alone does not show has_gauss
+
+
+def _numpy_raw(np):
+    try:
+        bg = np.random.mtrand._rand._bit_generator
+        if type(bg).__name__ != "MT19937":
+            return None
+        return ctypes.string_at(bg.ctypes.state_address, _MT_STATE_BYTES)
+    except (AttributeError, TypeError, ValueError):  # (another numpy layout: always the full state)
+        return None
+
+
+def _unchanged_since(raw, last):
+    """Is the global state still `last`: the same bytes, and no cached Gaussian then (none can appear without
+    drawing, which changes the bytes)."""
+    return raw is not None and last is not None and last[0] == raw and not last[1]
+
+
+def _numpy_state(np, prev):
+    raw = _numpy_raw(np)
+    if prev is not None and prev[0] == raw and _unchanged_since(raw, _numpy_last[0]) and not prev[1][3]:
+        return prev
+    state = (raw, np.random.get_state())
+    _numpy_last[0] = (raw, state[1][3])
+    return state
+
+
+def _set_numpy_state(np, state):
+    raw = _numpy_raw(np)
+    if state[0] is not None and _unchanged_since(raw, _numpy_last[0]) and not state[1][3]:
+        # no Gaussian cached now or in the state: the bytes are the whole state (what MT19937's state setter
+        # writes: the key and pos)
+        if state[0] != raw:
+            ctypes.memmove(np.random.mtrand._rand._bit_generator.ctypes.state_address, state[0], _MT_STATE_BYTES)
+        _numpy_last[0] = (state[0], False)
+        return
+    np.random.set_state(state[1])
+    _numpy_last[0] = (state[0], state[1][3])
 
 
 # Module globals of torch that a torchrun process has of its own and rank threads of one process would share:
@@ -1157,7 +1209,7 @@ class TorchRankHooks:
             me.face = None
 
     def suspend(self, me):
-        me.face.cpu_rng_state = host_rng_states()
+        me.face.cpu_rng_state = host_rng_states(me.face.cpu_rng_state)
         me.face.globals = process_globals()
         me.face.argv = sys.argv
 
