@@ -1138,3 +1138,107 @@ def test_avg_is_nccls_premultiplied_sum_on_floats_and_truncating_division_on_int
         return i.tolist(), h.float().tolist()
 
     assert simdist.run(prog, world_size=2).returns == [([-1, 3], [60000.0, 60000.0])] * 2
+
+
+def test_avg_multiplies_by_one_over_n_rounded_to_the_datas_type():
+    """NCCL's ncclAvg factor is float(1.0 / nRanks) converted to the data's type (src/enqueue.cc hostToDevRedOp:
+    `f16 = __float2half(float(1.0/comm->nRanks))`, `bf16 = __float2bfloat16(...)`, f32 = float(...), f64 = 1.0 /
+    nRanks): at 3 ranks an fp16 7.0 averages to 7 * 3 * half(1/3) = 6.99609375 and a bf16 one to 7.03125 (simdist
+    multiplied by the unrounded 1/3: 7.0), the same as PREMUL_SUM(1/3) of that type."""
+    def prog():
+        out = []
+        for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            x = torch.full((2,), 7.0, device="cuda", dtype=dt)
+            dist.all_reduce(x, op=dist.ReduceOp.AVG)
+            out.append(x[0].item())
+        return out
+
+    got = simdist.run(prog, world_size=3).returns[0]
+    def premul(dt):  # each rank's value times the factor, summed in the data's type
+        f = torch.tensor(1.0 / 3, dtype=torch.float32).to(dt) if dt != torch.float64 else torch.tensor(1.0 / 3, dtype=dt)
+        acc = torch.tensor(7.0, dtype=dt) * f
+        for _ in range(2):
+            acc = acc + torch.tensor(7.0, dtype=dt) * f
+        return acc.item()
+
+    want = [premul(dt) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)]
+    assert got[:2] == [6.99609375, 7.03125]
+    assert got == want
+
+
+def test_max_and_min_of_floats_drop_a_nan_as_nccls_fmaxf_fminf():
+    """NCCL reduces MAX / MIN of floats with fmaxf / fminf (doubles fmax / fmin, half and bfloat16 __hmax / __hmin:
+    src/device/reduce_kernel.h FuncMinMax), which return the other operand when one is NaN, whatever the ring's
+    order: rank 0's NaN against 2.0 and 3.0 gives MAX 3.0 and MIN 2.0 on a GPU (simdist used torch.maximum /
+    minimum, which keep the NaN). Integers keep their max / min."""
+    def prog():
+        r = dist.get_rank()
+        out = []
+        for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            for op in (dist.ReduceOp.MAX, dist.ReduceOp.MIN):
+                x = torch.full((2,), float("nan") if r == 0 else float(r + 1), device="cuda", dtype=dt)
+                dist.all_reduce(x, op=op)
+                out.append(x[0].item())
+        i = torch.tensor([r - 1], device="cuda")
+        dist.all_reduce(i, op=dist.ReduceOp.MIN)
+        return out, i.item()
+
+    assert simdist.run(prog, world_size=3).returns == [([3.0, 2.0] * 4, -1)] * 3
+
+
+def test_a_collective_after_destroy_process_group_raises_as_torch_does():
+    """A function run by simdist.run gets its default group at first use, unless it makes one itself: after its own
+    init_process_group and destroy_process_group, a collective raises torch's ValueError ("Default process group
+    has not been initialized", distributed_c10d._get_default_group), as the same code under torchrun does (simdist
+    made a new default group and computed the all_reduce)."""
+    def prog():
+        dist.init_process_group("nccl")
+        dist.destroy_process_group()
+        try:
+            dist.all_reduce(torch.ones(2, device="cuda"))
+            return "ran"
+        except ValueError as e:
+            return "Default process group has not been initialized" in str(e)
+
+    assert simdist.run(prog, world_size=2).returns == [True, True]
+
+
+def test_all_to_all_needs_one_tensor_per_rank_each_way():
+    """ProcessGroupNCCL::alltoall (torch::cuda::nccl::all2all) indexes one input and one output tensor per rank of
+    the group without checking the lists' lengths: another length is undefined on a GPU (reads past the list or
+    leaves an output unwritten). simdist raised a raw IndexError for a short input list and left a longer output
+    list's extra tensor as poison; both are refused by name."""
+    from simdist.engine.errors import UnsupportedOperation
+
+    def prog():
+        r = dist.get_rank()
+        out = []
+        for n_in, n_out in ((2, 3), (3, 4)):
+            ins = [torch.full((1,), float(r), device="cuda") for _ in range(n_in)]
+            outs = [torch.empty(1, device="cuda") for _ in range(n_out)]
+            try:
+                dist.all_to_all(outs, ins)
+                out.append("ran")
+            except UnsupportedOperation as e:
+                out.append("one tensor per rank" in str(e))
+        return out
+
+    assert simdist.run(prog, world_size=3).returns == [[True, True]] * 3
+
+
+def test_a_collective_with_a_buffer_on_another_gpu_is_nccls_invalid_argument():
+    """ProcessGroupNCCL takes a collective's device (its communicator) from the input tensor, and NCCL's argument
+    check refuses a buffer on another GPU (src/misc/argcheck.cc CudaPtrCheck, ncclInvalidArgument): a
+    DistBackendError naming the two devices. (simdist picked one of the devices at random and reported a
+    "Duplicate GPU" that no rank had.)"""
+    def prog():
+        r = dist.get_rank()
+        torch.cuda.set_device(r)
+        out = torch.empty(2 * dist.get_world_size(), device=f"cuda:{(r + 1) % dist.get_world_size()}")
+        try:
+            dist.all_gather_into_tensor(out, torch.ones(2, device="cuda"))
+            return "ran"
+        except dist.DistBackendError as e:
+            return "ncclInvalidArgument" in str(e) and f"device {(r + 1) % dist.get_world_size()}" in str(e)
+
+    assert simdist.run(prog, world_size=3).returns == [True] * 3

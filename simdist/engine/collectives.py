@@ -517,8 +517,15 @@ def launch_collective(rank, g, kind, desc, sig, reads, writes, compute, async_op
     Returns (op, the stream it runs on, the current stream, whether that is the internal NCCL stream)."""
     world = rank.world
     table = rank.collectives
-    devs = {o._dev.index for o in list(reads) + list(writes)}
-    dev = rank.device(next(iter(devs))) if devs else rank.device()
+    tensors = list(reads) + list(writes)
+    dev = rank.device(tensors[0]._dev.index) if tensors else rank.device()
+    other = next((o._dev.index for o in tensors if o._dev.index != dev.index), None)
+    if other is not None:
+        # ProcessGroupNCCL takes the communicator's device from the input tensor; NCCL's argument check then
+        # refuses a buffer on another GPU (src/misc/argcheck.cc CudaPtrCheck: ncclInvalidArgument)
+        raise NcclError(f"NCCL error: invalid argument (ncclInvalidArgument) in {desc} on group {g.name}: a buffer "
+                        f"allocated on device {other} mismatches with the NCCL device {dev.index} (the input's): "
+                        "every tensor of a collective must be on the rank's one GPU")
     table.ensure_communicator(rank, g, dev.index)
     token = table.next_token(g)
     inst = table.instance(token, g, Collective, kind)
@@ -663,9 +670,15 @@ def reduce_values(vals, opname):
             acc.add_(v * f)
         return acc.to(vals[0].dtype)
     if opname == "AVG" and (vals[0].is_floating_point() or vals[0].is_complex()):
-        # NCCL's ncclAvg on floats is a pre-multiplied sum by 1/nranks (enqueue.cc: ncclDevPreMulSum), not a sum
-        # then a division: fp16 values near the top of the range average without overflowing
-        return reduce_values(vals, f"PREMUL_SUM({1.0 / len(vals)!r})")
+        # NCCL's ncclAvg on floats is a pre-multiplied sum by 1/nranks (enqueue.cc hostToDevRedOp: ncclDevPreMulSum),
+        # not a sum then a division: fp16 values near the top of the range average without overflowing. The factor
+        # is float(1.0 / nRanks) converted to the data's type (__float2half / __float2bfloat16; a double for
+        # doubles): at 3 ranks fp16 multiplies by 0.33325195, not 1/3
+        real = vals[0].real.dtype if vals[0].is_complex() else vals[0].dtype
+        factor = 1.0 / len(vals)  # (doubles: f64 = 1.0 / nRanks)
+        if real != torch.float64:
+            factor = torch.tensor(factor, dtype=torch.float32).to(real).item()
+        return reduce_values(vals, f"PREMUL_SUM({factor!r})")
     acc = vals[0].clone()
     if opname == "SUM_THEN_DIV":  # gloo's AVG (floats): the sum in rank order, then divided by the group size
         for v in vals[1:]:
@@ -679,12 +692,13 @@ def reduce_values(vals, opname):
     elif opname == "PRODUCT":
         for v in vals[1:]:
             acc.mul_(v)
-    elif opname == "MAX":
+    elif opname in ("MAX", "MIN"):
+        # NCCL's FuncMinMax on floats is fmaxf / fminf (fmax / fmin for doubles, __hmax / __hmin for half and
+        # bfloat16: src/device/reduce_kernel.h): a NaN loses to a number, whatever the ring's order
+        floating = acc.is_floating_point()
+        f = (torch.fmax if floating else torch.maximum) if opname == "MAX" else (torch.fmin if floating else torch.minimum)
         for v in vals[1:]:
-            acc = torch.maximum(acc, v)
-    elif opname == "MIN":
-        for v in vals[1:]:
-            acc = torch.minimum(acc, v)
+            acc = f(acc, v)
     elif opname == "BAND":
         for v in vals[1:]:
             acc.bitwise_and_(v)

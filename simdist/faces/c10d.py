@@ -685,6 +685,11 @@ class SimProcessGroup(dist.ProcessGroup):
         self._backends = None
         self._used_devices = set()  # ProcessGroupNCCL's usedDeviceIdxs_: devices its communicators were made on
         self._blocking_wait = _blocking_wait_env()  # ProcessGroupNCCL's blockingWait_, read at its construction
+        me = current_rank()
+        if me is not None and me.face is not None:
+            # the program makes its own groups: a default group it later destroys is not made again at first use
+            # (after destroy_process_group torch raises "Default process group has not been initialized")
+            state(me).auto_init = False
 
     # --- what c10d asks of a backend -------------------------------------------------------------
     def _set_sequence_number_for_group(self):
@@ -1113,6 +1118,13 @@ class SimProcessGroup(dist.ProcessGroup):
         ins = [_check(me, x, "all_to_all") for x in inputs]
         g = self._engine_group()
         n = g.size()
+        if len(ins) != n or len(outs) != n:
+            # ProcessGroupNCCL::alltoall / torch::cuda::nccl::all2all index one tensor per rank without a check:
+            # another length reads past the list or leaves outputs unwritten on a GPU (undefined)
+            raise UnsupportedOperation(
+                f"all_to_all with {len(ins)} input and {len(outs)} output tensors in a group of {n} ranks is not "
+                "modelled by simdist: NCCL's all2all takes exactly one tensor per rank each way (torch does not "
+                "check, so on a GPU this is undefined)")
         # NCCL moves bytes: torch::cuda::nccl::all2all sends ins[j] (its numel, its datatype) to rank j and receives
         # outs[j] from it, so every pair must agree on dtype and element count (a rank's tensors share one dtype:
         # distributed_c10d.all_to_all checks it); a disagreement is a mismatch, never a conversion
