@@ -58,7 +58,12 @@ def _rank():
 
 # --- helpers ---------------------------------------------------------------------------------
 # gloo has ReduceOp.AVG from torch 2.8 (pytorch/pytorch#149781); c10's names of integer scalar types in errors
-_GLOO_AVG = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 8)
+_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+_GLOO_AVG = _TORCH >= (2, 8)
+# A bfloat16 PREMUL_SUM factor reaches NCCL as a float read as 2 bytes (torch <= 2.11, measured: _premul_factor);
+# for a later torch it is not known whether the fix (pull #190747) is in, so simdist refuses rather than guess
+# (None). Tests set it to model the measured behaviour on any torch.
+BF16_PREMUL_FACTOR_AS_FLOAT = True if _TORCH <= (2, 11) else None
 _SCALAR_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
                  torch.uint8: "Byte", torch.bool: "Bool"}
 
@@ -137,6 +142,12 @@ def _premul_factor(f, tensor):
     reads as 0: the reduction comes back all zeros; measured on an H200 with torch 2.11 / NCCL 2.28). A factor
     tensor must be on the device (on the CPU NCCL dereferences a host pointer on the GPU: an illegal memory access,
     measured) and of dtype T (const_data_ptr<T> checks it)."""
+    if tensor is not None and tensor.dtype == torch.bfloat16 and BF16_PREMUL_FACTOR_AS_FLOAT is None:
+        raise UnsupportedOperation(
+            f"ReduceOp.PREMUL_SUM of a bfloat16 tensor under torch {torch.__version__} is not modelled by simdist: "
+            "torch <= 2.11 hands NCCL the factor as a float that NCCL reads as a bfloat16, its low half (zeros for "
+            "every power of two, measured on an H200: pytorch/pytorch#190745); whether this torch carries the fix "
+            "is not measured. Use ReduceOp.AVG, or SUM and a division, or reduce in float32")
     if isinstance(f, torch.Tensor):
         if tensor is None:
             return f.item()

@@ -3,7 +3,7 @@
 values, and on a GPU with torch <= 2.11 the bf16 one comes back all zeros.
 
 EXPECTED: error
-ERROR: AssertionError
+ERROR: AssertionError|UnsupportedOperation
 MODELLED ON: FSDP2's gradient reduce-scatter (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py
 `_get_gradient_divide_factors` / `_div_if_needed`: for NCCL it uses `ReduceOp.PREMUL_SUM` via
 `_make_nccl_premul_sum(1 / factor)` so the division happens inside the reduction).
@@ -11,7 +11,8 @@ REASON: ProcessGroupNCCL getNcclReduceOp hands NCCL the bf16 factor through unpa
 NCCL reads 2 bytes of the float, the low half, which is 0 for every power of two (pytorch/pytorch#190745, fixed by
 pull #190747), so the bf16 reduce-scatter multiplies by 0. Measured on an H200 with torch 2.11 / NCCL 2.28
 (docs/gpu/z-series-nccl-facts-2026-12-02.json, premul/bfloat16/*; notes zd1). Until zd1 simdist gave the intended
-values and this program's verdict was `clean`; the fp32 tensor-factor half is right on both.
+values and this program's verdict was `clean`; the fp32 tensor-factor half is right on both. Under a torch after
+2.11 (not measured) simdist refuses the bf16 PREMUL_SUM by name: UnsupportedOperation.
 """
 import os
 
