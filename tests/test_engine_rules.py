@@ -1288,3 +1288,83 @@ def test_numpy_global_state_is_each_rank_threads_own_across_switches_cached_gaus
     assert threads.returns[0][0] == want0
     assert [r[0] for r in threads.returns] == [r[0] for r in procs.returns]
     assert [r[1] for r in threads.returns] == [r[1] for r in procs.returns]  # (pos, has_gauss, gauss) too
+
+
+def test_each_pending_pinned_h2d_copy_is_checked_against_the_bytes_a_host_write_touches():
+    """Rule (CUDA semantics, pinned memory buffers): a non_blocking host-to-device copy from pinned memory reads
+    the bytes it copies when it runs, so a host write to them before the host waited for the copy races it; a
+    write to other bytes of the same buffer races nothing. simdist kept one pending copy per storage (a second
+    copy from another slice replaced the first: a write racing the first was missed while its values were
+    damaged) and matched writes by storage (a write to the other half was reported, the values right)."""
+    def two_copies():
+        buf = torch.arange(2000.).pin_memory()
+        s = torch.cuda.Stream()
+        big = torch.randn(512, 512, device="cuda")
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            _ = big @ big  # keeps s busy
+            g1 = buf[:1000].to("cuda", non_blocking=True)
+        g2 = buf[1000:].to("cuda", non_blocking=True)
+        torch.cuda.current_stream().synchronize()  # the host waited for g2's copy only
+        buf[:1000].fill_(-1.0)  # races g1's copy on s
+        torch.cuda.synchronize()
+        return g1.sum().item(), g2.sum().item()
+
+    def other_half():
+        buf = torch.arange(2000.).pin_memory()
+        g = buf[:1000].to("cuda", non_blocking=True)
+        buf[1000:].fill_(0)
+        buf[1000:] += 1
+        torch.cuda.synchronize()
+        return g.sum().item()
+
+    res = simdist.run(two_copies)
+    assert [h.kind for h in res.hazards] == ["write-after-read"] and "fill_" in res.hazards[0].second.op
+    res = simdist.run(other_half)
+    assert res.hazards == [] and res.returns == [float(sum(range(1000)))]
+
+
+def test_non_blocking_copies_through_copy_temporaries_follow_copy_cu():
+    """Rule (aten/src/ATen/native/cuda/Copy.cu copy_kernel_cuda): a copy between the host and a device is one
+    cudaMemcpyAsync between the two tensors' own bytes when the dtypes agree and both are one contiguous run in the
+    same layout; otherwise (copy_requires_temporaries) non_blocking copies go through temporaries. Host to device:
+    the memcpy reads `src.expand_as(dst).contiguous()`, the pinned buffer itself only when it is contiguous with
+    dst's shape (a cast from a contiguous pinned source reads it late: a race), else a pageable copy made at the
+    call (staged: the buffer is free on return). Device to host: the DMA goes into the pinned destination when it is
+    contiguous (the host must wait), else into a pageable `empty_like`, which the host waits for (cudaMemcpyAsync
+    to pageable memory returns once done). simdist made every non_blocking copy with pinned memory asynchronous: a
+    transposed destination read as poison with a host-read hazard; a transposed source copied into a contiguous
+    tensor was reported racing the host's next write."""
+    def prog():
+        out = {}
+        p = torch.arange(64.).reshape(8, 8).pin_memory()
+        d = torch.empty(8, 8, device="cuda")
+        d.copy_(p.t(), non_blocking=True)  # strides differ: a contiguous pageable copy of p.t(), staged
+        p.fill_(-1.0)
+        torch.cuda.synchronize()
+        out["h2d_transposed_into_contiguous"] = torch.equal(d.cpu(), torch.arange(64.).reshape(8, 8).t())
+        g = torch.arange(64., device="cuda").reshape(8, 8)
+        h = torch.zeros(8, 8, pin_memory=True)
+        h.t().copy_(g, non_blocking=True)  # a non-contiguous pinned destination: synchronous
+        out["d2h_into_transposed"] = h.sum().item()
+        t = torch.arange(64., device="cuda").reshape(8, 8).t()
+        c = t.to("cpu", torch.float16, non_blocking=True)  # a cast into a transposed pinned output: synchronous
+        out["d2h_cast_transposed"] = (c.is_pinned(), c.float().sum().item())
+        return out
+
+    res = simdist.run(prog)
+    assert res.hazards == []
+    assert res.returns == [{"h2d_transposed_into_contiguous": True, "d2h_into_transposed": 2016.0,
+                            "d2h_cast_transposed": (True, 2016.0)}]
+
+    def racy_cast():
+        q = torch.arange(64.).pin_memory()
+        e = q.to("cuda", torch.float16, non_blocking=True)  # a cast: the DMA reads q itself (contiguous), late
+        q.fill_(-1.0)
+        torch.cuda.synchronize()
+        k = torch.empty(64, dtype=torch.float16, pin_memory=True)
+        k.copy_(torch.arange(64., device="cuda"), non_blocking=True)  # a cast into a contiguous pinned buffer
+        early = k.float().sum().item()  # (before any wait: the DMA into k may not have run)
+        return e.sum().item(), early
+
+    assert sorted(h.kind for h in simdist.run(racy_cast).hazards) == ["host-read", "write-after-read"]

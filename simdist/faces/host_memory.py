@@ -31,7 +31,7 @@ class HostMemory:
     def __init__(self, detector):
         self.detector = detector
         self.tensors = {}  # data_ptr -> (op, tensor)
-        self.sources = {}  # storage data_ptr -> (op, tensor): pinned sources of async H2D copies not yet waited
+        self.sources = {}  # (op's stream id, seq) -> (op, tensor): pinned sources of async H2D copies not yet waited
         self.pinned = {}  # storage data_ptr -> weakref of a page-locked CPU tensor made in this run
         self.registered = {}  # start address -> bytes: host ranges page-locked by cudart().cudaHostRegister
 
@@ -73,24 +73,21 @@ class HostMemory:
         return 0 if self.registered.pop(ptr, None) is not None else 713
 
     def pending_source(self, op, t):
-        """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it."""
+        """An async H2D copy from pinned memory reads `t` when it runs: a host write before then races it. One entry
+        per copy (two copies from slices of one buffer are both pending)."""
         if t.numel():
-            self.sources[t.untyped_storage().data_ptr()] = (op, t)
+            self.sources[op.stream.id, op.seq] = (op, t)
 
     def check_writes(self, me, func, args, kwargs):
+        """A host op writing CPU tensors: a pending async H2D copy from bytes it overlaps reads them later (the
+        bytes, not the storage: a write to another slice of the buffer races nothing)."""
         info = op_info(func)
         for pos, name in zip(info.mutable_pos, info.mutable_names):
             a = args[pos] if pos < len(args) else kwargs.get(name)
-            if not isinstance(a, torch.Tensor) or a.device.type != "cpu":
+            if not isinstance(a, torch.Tensor) or a.device.type != "cpu" or not a.numel():
                 continue
-            e = self.sources.get(a.untyped_storage().data_ptr())
-            if e is None:
-                continue
-            op, t = e
-            if me.host.vc.get(op.stream.id, 0) >= op.seq:
-                del self.sources[a.untyped_storage().data_ptr()]  # the host waited for the copy
-                continue
-            self._report_write(me, op, a, func)
+            lo, hi = _extent(a)
+            self.check_array_write(me, lo, hi, func)
 
     def check_array_write(self, me, lo, hi, what):
         """A host write through numpy into bytes [lo, hi) (HostWatchedArray: item assignment, a ufunc's out=,

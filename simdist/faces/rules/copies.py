@@ -65,15 +65,14 @@ def _to_copy(me, func, args, kwargs):
         host = torch.empty_strided(tuple(meta.shape), tuple(meta.stride()), dtype=dtype)
         if host.untyped_storage().nbytes():
             torch.empty(0, dtype=torch.uint8).set_(host.untyped_storage()).fill_(0xFF)  # poison, as fresh memory
-        return _d2h_async(me, src, me.host_memory.pin(host))
+        host = me.host_memory.pin(host)
+        if _d2h_writes_pinned_destination(src, host):
+            return _d2h_async(me, src, host)
+        host.copy_(_d2h_blocking(me, src, dtype, "copy_d2h"))  # (a cast into a non-contiguous pinned tensor)
+        return host
     if src_sim:  # device -> host: the host waits for the copy on the current stream
-        holder = []
-        si = src._inner
         sync_debug.synchronizing(me)  # memcpy_and_sync
-        op = launch(me, me.current_stream(src._dev.index), "copy_d2h", "d2h",
-                    lambda: holder.append(si.to(dtype=dtype, copy=True)), (src,), (), _nbytes((src,)))
-        me.wait_op(op, "device-to-host copy")
-        res = holder[0]
+        res = _d2h_blocking(me, src, dtype, "copy_d2h")
         mf = kwargs.get("memory_format")
         if mf is not None and mf != torch.preserve_format:
             res = res.contiguous(memory_format=mf)
@@ -86,6 +85,8 @@ def _to_copy(me, func, args, kwargs):
         # the host waits, unless non_blocking)
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
         out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
+        if kwargs.get("non_blocking") and not _h2d_reads_pinned_source(src, out):
+            return _h2d_staged(me, stream, out, src, True)
         if not kwargs.get("non_blocking"):
             sync_debug.synchronizing(me)  # memcpy_and_sync
         op = _h2d_async(me, stream, out, src)
@@ -95,13 +96,56 @@ def _to_copy(me, func, args, kwargs):
     # host -> device from pageable memory: staged at launch (the host buffer is free on return), so snapshot now
     snap = src.to(dtype=dtype).clone()
     out = allocate(dev, stream, tuple(snap.shape), tuple(snap.stride()), snap.dtype)
+    return _h2d_staged(me, stream, out, snap, kwargs.get("non_blocking"))
+
+
+def _h2d_staged(me, stream, out, src, non_blocking):
+    """A host-to-device copy whose host bytes are read at the call (pageable memory, or a pageable temporary
+    Copy.cu made of a pinned source): the device write is queued on `stream`; without non_blocking the host then
+    waits for it (memcpy_and_sync)."""
+    snap = src.clone()
     oi = out._inner
-    if not kwargs.get("non_blocking"):
+    if not non_blocking:
         sync_debug.synchronizing(me)  # memcpy_and_sync
     op = launch(me, stream, "copy_h2d", "h2d", lambda: oi.copy_(snap), (), (out,), _nbytes((out,)))
-    if not kwargs.get("non_blocking"):
+    if not non_blocking:
         me.wait_op(op, "host-to-device copy")  # memcpy_and_sync: the host waits for the current stream
     return out
+
+
+def _one_memcpy(a, b):
+    """Copy.cu copy_requires_temporaries is False: the same dtype and iter.is_contiguous() (one contiguous run in
+    both), so the copy is one cudaMemcpyAsync between the two tensors' own bytes."""
+    return _memcpy_eligible(a, b)
+
+
+def _h2d_reads_pinned_source(src, dst):
+    """Does a non_blocking copy from pinned `src` read `src`'s own bytes later, on the stream? Copy.cu
+    copy_kernel_cuda: yes for one cudaMemcpyAsync; otherwise (copy_requires_temporaries: a cast or a layout that
+    is not one contiguous run) it copies `src.expand_as(dst).contiguous()`, which is `src` itself only when `src`
+    is contiguous with dst's shape, else a pageable temporary made at the call (then staged: the pinned buffer
+    is free on return)."""
+    if _one_memcpy(src, dst):
+        return True
+    return tuple(src.shape) == tuple(dst.shape) and src.is_contiguous()
+
+
+def _d2h_writes_pinned_destination(src, dst):
+    """Does a non_blocking copy into pinned `dst` write `dst`'s bytes later (the host must wait before reading)?
+    Copy.cu: yes for one cudaMemcpyAsync; with temporaries the DMA goes into `dst` when it is contiguous, else
+    into a pageable `empty_like(dst)`, a copy the host waits for (cudaMemcpyAsync to pageable memory returns once
+    done), then copied into `dst` on the host."""
+    return _one_memcpy(src, dst) or dst.is_contiguous()
+
+
+def _d2h_blocking(me, src, dtype, name):
+    """A device-to-host copy the host waits for on the source's current stream: the CPU tensor it gives."""
+    holder = []
+    si = src._inner
+    op = launch(me, me.current_stream(src._dev.index), name, "d2h", lambda: holder.append(si.to(dtype=dtype, copy=True)),
+                (src,), (), _nbytes((src,)))
+    me.wait_op(op, "device-to-host copy")
+    return holder[0]
 
 
 def _h2d_async(me, stream, dst, src):
@@ -198,6 +242,10 @@ def _copy_(me, func, args, kwargs):
         check_inplace(func, (d, src), {}, False)
         di = d._inner
         hr = me.host_memory
+        nb = len(args) > 2 and args[2] or kwargs.get("non_blocking")
+        if isinstance(src, torch.Tensor) and hr.is_pinned(src) and nb and not _h2d_reads_pinned_source(src, d):
+            _h2d_staged(me, me.current_stream(d._dev.index), d, src, True)  # (a pageable temporary, staged)
+            return dst
         if isinstance(src, torch.Tensor) and hr.is_pinned(src):
             # from pinned memory: the DMA reads the buffer when it runs (memcpy_and_sync: the host then waits,
             # unless non_blocking), in stream order after a pending device-to-host copy into it
@@ -219,7 +267,8 @@ def _copy_(me, func, args, kwargs):
     s = _sim_of(src)
     # non_blocking only makes a device-to-host copy asynchronous into page-locked memory: into pageable
     # memory cudaMemcpyAsync returns once the copy is done (CUDA Runtime API, "API synchronization behavior")
-    if (len(args) > 2 and args[2] or kwargs.get("non_blocking")) and me.host_memory.is_pinned(dst):
+    if ((len(args) > 2 and args[2] or kwargs.get("non_blocking")) and me.host_memory.is_pinned(dst)
+            and _d2h_writes_pinned_destination(s, dst)):
         return _d2h_async(me, s, dst)
     holder = []
     si = s._inner
