@@ -1,5 +1,8 @@
 """One test per semantic rule the engine models, each citing where the rule comes from."""
+import math
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -1368,3 +1371,113 @@ def test_non_blocking_copies_through_copy_temporaries_follow_copy_cu():
         return e.sum().item(), early
 
     assert sorted(h.kind for h in simdist.run(racy_cast).hazards) == ["host-read", "write-after-read"]
+
+
+def test_numpy_conversions_of_a_pending_pinned_buffer_are_host_reads():
+    """np.asarray(t) / np.array(t) go through Tensor.__array__: numpy drops the watched array subclass (asarray) or
+    copies the bytes in C (array), so simdist saw no read of a buffer a non_blocking device-to-host copy had not
+    written yet and returned stale bytes silently. The conversion is the read: a host-read hazard; after a
+    synchronize it is none."""
+    import numpy as _np
+
+    def racy(how):
+        buf = torch.zeros(4, pin_memory=True)
+        buf.copy_(torch.ones(4, device="cuda") * 7, non_blocking=True)
+        v = (_np.asarray if how == "asarray" else _np.array)(buf).tolist()
+        torch.cuda.synchronize()
+        return v
+
+    def waited():
+        buf = torch.zeros(4, pin_memory=True)
+        buf.copy_(torch.ones(4, device="cuda") * 7, non_blocking=True)
+        torch.cuda.synchronize()
+        return _np.asarray(buf).tolist()
+
+    for how in ("asarray", "array"):
+        assert [h.kind for h in simdist.run(racy, args=(how,)).hazards] == ["host-read"], how
+    res = simdist.run(waited)
+    assert res.hazards == [] and res.returns == [[7.0] * 4]
+
+
+def test_fresh_pinned_memory_is_poison_so_a_racy_read_repeats():
+    """torch.empty(..., pin_memory=True) is the caching host allocator's block: its bytes are whatever it held.
+    simdist gave the process's uninitialised malloc memory, so a program reading it before its copy landed (a
+    reported host-read) returned other values, and another digest, from run to run with one seed. Fresh pinned
+    memory is poison (0xFF bytes, NaN for floats), as a fresh device block is; zeros(pin_memory=True) stays zeros."""
+    def prog():
+        out = torch.empty(256, pin_memory=True)
+        out.copy_(torch.randn(256, device="cuda"), non_blocking=True)
+        early = out.sum().item()
+        torch.cuda.synchronize()
+        return early, torch.zeros(3, pin_memory=True).tolist()
+
+    runs = [simdist.run(prog, seed=0) for _ in range(3)]
+    assert len({r.digest for r in runs}) == 1
+    assert math.isnan(runs[0].returns[0][0]) and runs[0].returns[0][1] == [0.0] * 3
+
+
+def test_a_stream_from_a_stream_pointer_is_that_stream():
+    """torch.cuda.Stream(stream_ptr=p) wraps the cudaStream_t p (torch/csrc/cuda/Stream.cpp THCPStream_pynew:
+    getStreamFromExternal), it makes no new stream: work queued on it is ordered with work on the stream p came
+    from, and 0 is the default stream. simdist ignored the pointer (a new pool stream: a false race); a pointer no
+    simulated stream has is refused by name, as ExternalStream is."""
+    def prog():
+        s = torch.cuda.Stream()
+        s2 = torch.cuda.Stream(stream_ptr=s.cuda_stream)
+        a = torch.ones(1 << 12, device="cuda")
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            b = a * 2
+        with torch.cuda.stream(s2):
+            c = b + 1
+        torch.cuda.current_stream().wait_stream(s2)
+        try:
+            torch.cuda.Stream(stream_ptr=0xdeadbeef)
+            foreign = "made"
+        except simdist.UnsupportedOperation:
+            foreign = "refused"
+        return (s2 is s, torch.cuda.Stream(stream_ptr=0) == torch.cuda.default_stream(), c.sum().item(), foreign)
+
+    res = simdist.run(prog)
+    assert res.hazards == [] and res.returns == [(True, True, 3.0 * 4096, "refused")]
+
+
+def test_device_guard_stream_by_id_and_nvml_queries():
+    """torch.cuda._DeviceGuard (torch.cuda._exchange_device: makes the device current, gives the previous back)
+    and torch.cuda._set_stream_by_id (torch._C._cuda_setStream) work as on a GPU; NVML queries of the physical GPU
+    (utilization, temperature, device_memory_used, ...) and the C++ allocator object are refused by name. They
+    raised raw AttributeError / "compiled without CUDA" / ModuleNotFoundError."""
+    def prog():
+        torch.cuda.set_device(0)
+        with torch.cuda._DeviceGuard(1):
+            inside = torch.cuda.current_device()
+        s = torch.cuda.Stream()
+        torch.cuda._set_stream_by_id(s.stream_id, s.device_index, s.device_type)
+        current = torch.cuda.current_stream() == s
+        refused = []
+        for f in (torch.cuda.utilization, torch.cuda.device_memory_used, torch.cuda.memory._get_current_allocator):
+            try:
+                f()
+            except simdist.UnsupportedOperation:
+                refused.append(f.__name__)
+        return inside, torch.cuda.current_device(), current, refused
+
+    assert simdist.run(prog, device_count=2).returns == [
+        (1, 0, True, ["utilization", "device_memory_used", "_get_current_allocator"])]
+
+
+def _only_cuda1():
+    return torch.ones(2, device="cuda:1").sum().item()
+
+
+def test_cuda_lazy_init_makes_no_device_so_the_first_run_repeats():
+    """torch's C++ calls torch.cuda._lazy_init once per process (device_lazy_init caches it), at the first CUDA
+    tensor of the first run: simdist made the current device there (cuda:0, unused by a program on cuda:1), an
+    empty default stream in that run's digest only, so check_determinism failed on a fresh process's first run.
+    _lazy_init now marks CUDA initialized without a device. (Run in a fresh process: the lazy init is spent in
+    this one.)"""
+    code = ("import simdist, tests.test_engine_rules as t; "
+            "r = simdist.run(t._only_cuda1, device_count=2, check_determinism=True); print(r.returns)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert out.returncode == 0 and "[2.0]" in out.stdout, out.stderr[-2000:]

@@ -67,6 +67,8 @@ class Stream(engine_streams.Stream):
             raise outside_rank("torch.cuda.Stream()", "torch.cuda.Stream() was created outside a simulated rank")
         if "stream_id" in kwargs and "device_index" in kwargs:
             return _existing_stream(me, kwargs["stream_id"], kwargs["device_index"])
+        if kwargs.get("stream_ptr") is not None:
+            return _stream_from_pointer(me, kwargs["stream_ptr"], device)
         return me.device(device_index(device, me)).new_stream(priority)
 
     def __init__(self, *args, **kwargs):
@@ -231,6 +233,20 @@ def _existing_stream(me, stream_id, index):
                                f"id on cuda:{index} in this simulated rank (simdist wraps only streams made in it)")
 
 
+def _stream_from_pointer(me, ptr, device):
+    """torch.cuda.Stream(stream_ptr=p) wraps the cudaStream_t p (torch/csrc/cuda/Stream.cpp THCPStream_pynew:
+    getStreamFromExternal), it makes none: p is a simulated stream's `cuda_stream` (0: the device's default
+    stream). A pointer no stream of this rank has came from outside torch: refused, as ExternalStream is."""
+    ptr = int(ptr)
+    if ptr == 0:
+        return me.device(device_index(device, me)).default_stream
+    for st in me.streams:
+        if st.cuda_stream == ptr:
+            return st
+    raise UnsupportedOperation(f"torch.cuda.Stream(stream_ptr={ptr:#x}): a CUDA stream made outside torch (no "
+                               "stream of this simulated rank has that cudaStream_t) is not modelled by simdist")
+
+
 class Event:
     """torch.cuda.Event in a simulated rank; times are virtual."""
 
@@ -329,8 +345,11 @@ def current_device():
 
 
 def lazy_init():
-    """torch.cuda.init() / _lazy_init(): CUDA is initialized on the rank's current device."""
-    _rank().device()
+    """torch.cuda.init() / _lazy_init(): CUDA is initialized. No device object is made here: torch's C++ calls
+    _lazy_init once per process (torch/csrc/utils/device_lazy_init.cpp caches it), at the first CUDA tensor of
+    the first run only, so a device made here (the current one, maybe never used) was in that run's streams and
+    digest and not in the next (a program using only cuda:1 gave two digests for one seed)."""
+    _rank().cuda_initialized = True
 
 
 def is_initialized():
@@ -341,7 +360,7 @@ def is_initialized():
     exactly there (simdist/engine/rank.py `Rank.device`), so "initialized" is "has a device". A host thread the
     program started (DataLoader's pin-memory thread) asks for its process's rank; with none to name, True."""
     me = current_rank() or process_rank()
-    return True if me is None else bool(me.devices)
+    return True if me is None else bool(me.devices) or getattr(me, "cuda_initialized", False)
 
 
 def set_device(device):
@@ -385,6 +404,26 @@ def current_stream(device=None):
 def default_stream(device=None):
     me = _rank()
     return me.device(device_index(device, me)).default_stream
+
+
+_NVML_QUERIES = ("utilization", "temperature", "power_draw", "clock_rate", "memory_usage", "device_memory_used")
+
+
+def _exchange_device(device):
+    """torch.cuda._exchange_device / _maybe_exchange_device (torch._C._cuda_exchangeDevice, what
+    torch.cuda._DeviceGuard enters and leaves with): makes `device` current and returns the previous one; -1 for a
+    negative index, and nothing changes."""
+    if device < 0:
+        return -1
+    me = _rank()
+    prev = me.current_device
+    set_device(device)
+    return prev
+
+
+def _set_stream_by_id(stream_id, device_index, device_type):
+    """torch.cuda._set_stream_by_id (torch._C._cuda_setStream): the stream of that id triple becomes current."""
+    set_stream(_existing_stream(_rank(), stream_id, device_index))
 
 
 def set_stream(stream):
@@ -598,6 +637,7 @@ def get_device_properties(device=None):
     # an H200 SXM's (sm_90: 132 SMs, 2048 threads and 64 Ki registers per SM, 227 KiB opt-in shared memory per
     # block, 50 MiB L2, a 6144-bit HBM3e bus); code sizes its grids and blocks from them
     me = _rank()
+    me.cuda_initialized = True  # (get_device_properties calls _lazy_init first)
     idx = device_index(device, me) if device is not None else me.current_device
     if not 0 <= idx < me.world.device_count:
         raise AssertionError("Invalid device id")  # torch/cuda/__init__.py get_device_properties (an H200 too)
@@ -796,7 +836,7 @@ def is_current_stream_capturing():
 def _refused(what, why="is not modelled by simdist"):
     def refuse(*args, **kwargs):
         raise UnsupportedOperation(f"{what} {why}")
-    refuse.__name__ = what.rsplit(".", 1)[-1].split("(")[0]
+    refuse.__name__ = what.split("(")[0].strip().rsplit(".", 1)[-1]
     return refuse
 
 
@@ -895,6 +935,7 @@ _MEMORY_REFUSED = {
     "caching_allocator_alloc": "torch.cuda.caching_allocator_alloc (raw device pointers)",
     "caching_allocator_delete": "torch.cuda.caching_allocator_delete (raw device pointers)",
     "change_current_allocator": "torch.cuda.memory.change_current_allocator (a custom allocator)",
+    "_get_current_allocator": "torch.cuda.memory._get_current_allocator (the C++ allocator object)",
     "use_mem_pool": "torch.cuda.use_mem_pool (a private memory pool of the caching allocator)",
     "host_memory_stats": "torch.cuda.host_memory_stats (the pinned host allocator's statistics)",
     "host_memory_stats_as_nested_dict": "torch.cuda.host_memory_stats_as_nested_dict (the pinned host allocator)",
@@ -995,6 +1036,10 @@ def cuda_patches():
         get_sync_debug_mode=get_sync_debug_mode, set_sync_debug_mode=set_sync_debug_mode,
         check_error=_check_error,  # (torch/cuda/profiler.py binds it at import: the alias scan swaps it there too)
         get_arch_list=get_arch_list,
+        _exchange_device=_exchange_device, _maybe_exchange_device=_exchange_device,
+        _set_stream_by_id=_set_stream_by_id,
+        **{n: _refused(f"torch.cuda.{n} (an NVML query of the physical GPU: nvidia-smi's figures)")
+           for n in _NVML_QUERIES if hasattr(c, n)},
         graph_pool_handle=_refused("torch.cuda.graph_pool_handle (CUDA graphs)"),
         current_blas_handle=_refused("torch.cuda.current_blas_handle (a raw cuBLAS handle)"),
     )

@@ -110,6 +110,9 @@ def _reads_host_bytes(orig, what):
 
 _tolist = _reads_host_bytes(torch.Tensor.tolist, "tolist")
 _numpy = numpy_checked(torch.Tensor.numpy)  # the array shares the bytes: its reads are checked
+# np.asarray(t) / np.array(t): numpy strips the watched array subclass (or copies the bytes in C), so the
+# conversion itself is checked as the read
+_array = _reads_host_bytes(torch.Tensor.__array__, "numpy.asarray / numpy.array (Tensor.__array__)")
 _tensor_str = _reads_host_bytes(torch._tensor_str._str, "print")
 
 
@@ -654,6 +657,7 @@ def _patch_list():
         (torch.Tensor, "is_pinned", _is_pinned),
         (torch.Tensor, "tolist", _tolist),
         (torch.Tensor, "numpy", _numpy),
+        (torch.Tensor, "__array__", _array),
         (torch._tensor_str, "_str", _tensor_str),
         (torch, "load", _torch_load),
         (torch, "save", _torch_save),
