@@ -121,11 +121,14 @@ def _run_once(fn, world_size, seed, args, kwargs, policy, nccl, poison, device_c
     with Installed():  # the returns are copied out before torch's thread settings are restored
         caller_rng = host_rng_states()  # the ranks' generators must not disturb the caller's
         caller_globals = process_globals()  # nor their torch module globals (DTensor's RNG tracker)
+        caller_main = sys.modules.get("__main__")  # nor its __main__ (a script's ranks set their own)
         try:
             ThreadTransport(world, TorchRankHooks()).run(body)
         finally:
             set_host_rng_states(caller_rng)
             set_process_globals(caller_globals)
+            if caller_main is not None:
+                sys.modules["__main__"] = caller_main
         try:
             if world.fatal is not None:
                 err = world.fatal

@@ -170,11 +170,19 @@ def script_main(path, argv=()):
         mod = types.ModuleType("__main__")
         mod.__file__ = path
         mod.__builtins__ = __builtins__
+        # the script is the process's __main__, as under torchrun: pickle finds the classes and functions it
+        # defines there by reference (all_gather_object of a dataclass, torch.save of a model, a spawned
+        # Process's target); in rank threads the hooks keep each rank's own (faces/patches.py TorchRankHooks)
+        prev = sys.modules.get("__main__")
+        sys.modules["__main__"] = mod
         try:
             exec(code, mod.__dict__)
         except SystemExit as e:
             if e.code not in (None, 0):
                 raise ScriptExit(f"{os.path.basename(path)} exited with status {e.code!r}") from None
+        finally:
+            if prev is not None:
+                sys.modules["__main__"] = prev
         return None
 
     main.__name__ = main.__qualname__ = os.path.basename(path)

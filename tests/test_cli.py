@@ -4,6 +4,10 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+import simdist
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -209,3 +213,55 @@ def test_bad_options_of_simdist_run_are_named(options, error, message):
         simdist.run(42)
     import numpy as np
     assert simdist.run(_one_op, seed=np.int64(3)).seed == 3  # a numpy integer is an integer
+
+
+_PICKLES_MAIN = '''
+import dataclasses, io, os
+import torch, torch.distributed as dist
+
+
+@dataclasses.dataclass
+class Rollout:
+    rank: int
+    reward: float
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(rank)
+objs = [None] * dist.get_world_size()
+dist.all_gather_object(objs, Rollout(rank, rank * 0.5))
+buf = io.BytesIO()
+torch.save(Net().cuda(), buf)
+buf.seek(0)
+net = torch.load(buf, weights_only=False)
+with open(os.environ["OUT"] + f".{rank}", "w") as f:
+    f.write(repr([(o.rank, o.reward) for o in objs]) + " " + type(net).__name__)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.parametrize("transport", ["processes", "threads"])
+def test_a_script_is_main_so_pickle_finds_its_classes(tmp_path, transport):
+    """Under torchrun a script is its process's `__main__` module, so pickle finds the classes it defines by
+    reference (all_gather_object of a dataclass, torch.save / torch.load of a model, a spawned Process's
+    target). simdist ran the script in a module it never registered in sys.modules: a raw PicklingError "attribute
+    lookup Rollout on __main__ failed". Now each rank's script is its __main__ (each rank thread its own), and the
+    caller's __main__ is back after the run."""
+    script = tmp_path / "pickles_main.py"
+    script.write_text(_PICKLES_MAIN)
+    main_before = sys.modules["__main__"]
+    os.environ["OUT"] = str(tmp_path / "out")
+    try:
+        res = simdist.run_script(str(script), world_size=2, transport=transport)
+    finally:
+        del os.environ["OUT"]
+    assert sys.modules["__main__"] is main_before and res.hazards == []
+    for r in range(2):
+        assert (tmp_path / f"out.{r}").read_text() == "[(0, 0.0), (1, 0.5)] Net"

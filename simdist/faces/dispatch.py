@@ -325,6 +325,7 @@ class RankMode(TorchDispatchMode):
         super().__init__()
         self.me = me
         self.cpu_rng_state = None  # the rank's host generators' states while another rank thread runs
+        self.main_module = None  # the rank's sys.modules["__main__"] while another rank thread runs
         self.globals = {}  # the rank's torch module globals (patches._PROCESS_GLOBALS) while another rank thread runs
         self.c10d = None  # its torch.distributed state (simdist/faces/c10d.py RankC10d)
 

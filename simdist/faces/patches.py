@@ -1175,13 +1175,17 @@ class TorchRankHooks:
     """What each torchrun process has of its own and rank threads of one process share (simdist/ranks/):
     the host random generators (torch's CPU generator, Python's random, numpy's: each process seeds them
     otherwise, world.process_seed), torch's module globals of _PROCESS_GLOBALS, grad mode, the dispatch mode,
-    sys.argv (a script may consume its arguments: argparse-free launchers do `sys.argv = sys.argv[2:]`)."""
+    sys.argv (a script may consume its arguments: argparse-free launchers do `sys.argv = sys.argv[2:]`), and
+    sys.modules["__main__"] (a script's own module: what pickle finds its classes in)."""
 
     def __init__(self):
         self.argv = list(sys.argv)
+        self.main = sys.modules.get("__main__")
 
     def enter(self, me):
         sys.argv = list(self.argv)
+        if self.main is not None:
+            sys.modules["__main__"] = self.main  # (a script's rank makes its own: simdist/session.py script_main)
         seed_host_rngs(me.rank)  # a fresh process's host generators
         set_process_globals({})  # and its torch module globals
         # Autograd on CUDA-typed tensors aborts a CPU build of torch unless simdist's fake CUDA device guard is
@@ -1216,8 +1220,11 @@ class TorchRankHooks:
         me.face.cpu_rng_state = host_rng_states(me.face.cpu_rng_state)
         me.face.globals = process_globals()
         me.face.argv = sys.argv
+        me.face.main_module = sys.modules.get("__main__")
 
     def resume(self, me):
         set_host_rng_states(me.face.cpu_rng_state)
         set_process_globals(me.face.globals)
         sys.argv = me.face.argv
+        if me.face.main_module is not None:
+            sys.modules["__main__"] = me.face.main_module
