@@ -1242,3 +1242,22 @@ def test_a_collective_with_a_buffer_on_another_gpu_is_nccls_invalid_argument():
             return "ncclInvalidArgument" in str(e) and f"device {(r + 1) % dist.get_world_size()}" in str(e)
 
     assert simdist.run(prog, world_size=3).returns == [True] * 3
+
+
+def test_functional_collectives_on_gloo_cpu_tensors_read_nothing_until_waited():
+    """A functional collective on CPU tensors through gloo (torch.distributed._functional_collectives.all_reduce;
+    FSDP2's CPUOffloadPolicy with clip_grad_norm_ reduces so) returns its output wrapped for autograd
+    (_c10d_functional._wrap_tensor_autograd), which reads no bytes: simdist reported it as a host read of the
+    pending gloo output (a false host-read hazard; the values were right). The values are gloo's."""
+    import torch.distributed._functional_collectives as funcol
+
+    def prog():
+        dist.init_process_group("gloo")
+        t = torch.full((20,), float(dist.get_rank() + 1))
+        with torch.no_grad():
+            a = funcol.all_reduce(t, "sum", dist.group.WORLD).wait()
+        b = funcol.all_reduce(t, "sum", dist.group.WORLD)
+        return a.sum().item(), b.sum().item()
+
+    res = simdist.run(prog, world_size=2)
+    assert res.hazards == [] and res.returns == [(60.0, 60.0)] * 2

@@ -20,6 +20,21 @@ from .op_info import VIEW, op_info
 _TO_COPY = torch.ops.aten._to_copy.default
 
 
+def _no_read_ops():
+    """Ops on CPU tensors that read no bytes although their schema is functional: a functional collective's result
+    wrapped for autograd (torch/distributed/_functional_collectives.py _maybe_wrap_tensor; the wrapper shares the
+    bytes, and what reads it later is checked) and the wait itself."""
+    try:
+        import torch.distributed._functional_collectives  # noqa: F401  (registers the _c10d_functional ops)
+        ns = torch.ops._c10d_functional
+        return {ns._wrap_tensor_autograd.default, ns.wait_tensor.default}
+    except (ImportError, AttributeError, RuntimeError):  # (a torch without them)
+        return set()
+
+
+_READS_NO_BYTES = _no_read_ops()
+
+
 class HostMemory:
     """CPU tensors written by asynchronous device-to-host copies, until the host is known to have waited.
 
@@ -109,7 +124,7 @@ class HostMemory:
     def check(self, me, func, args, kwargs):
         if func is _TO_COPY and kwargs.get("device") is not None and torch.device(kwargs["device"]).type == "cuda":
             return  # a host-to-device copy: the DMA reads the buffer on its stream (check_device_read), not the host
-        if not isinstance(func, str) and op_info(func).kind == VIEW:
+        if not isinstance(func, str) and (op_info(func).kind == VIEW or func in _READS_NO_BYTES):
             return  # a view reads no bytes (what reads it later is checked: it overlaps the buffer's bytes)
         hits = []
         for a in _flat_tensors(args, kwargs):
