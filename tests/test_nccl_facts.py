@@ -276,3 +276,19 @@ def test_nccl_fact_table_matches_the_h200(tmp_path, torch_2_11_premul):
                 not g["ok"] and (g["type"] != s["type"] or g["msg"][:40] != s["msg"][:40])):
             bad.append((k, g, s))
     assert not bad, "\n".join(f"{k}: GPU {g} / simdist {s}" for k, g, s in bad)
+
+
+def test_a_premul_sum_op_without_a_readable_factor_is_remembered_by_the_rank(monkeypatch, torch_2_11_premul):
+    """torch 2.11's ReduceOp (a CUDA build, measured on an H200) has no `.factor` (2.13's has): simdist could not
+    read the factor there and refused every PREMUL_SUM ("needs a factor"). dist._make_nccl_premul_sum is wrapped
+    so the rank remembers the factor of the op it made. Modelled here with an op that has no `.factor`."""
+    import types
+    from simdist.faces import c10d
+    monkeypatch.setattr(c10d, "_orig_make_premul", lambda f: types.SimpleNamespace(op=dist.ReduceOp.PREMUL_SUM))
+
+    def prog():
+        x = torch.full((2,), 2.0, device="cuda")
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(0.5))
+        return x.tolist()
+
+    assert simdist.run(prog, world_size=2).returns == [[2.0, 2.0]] * 2

@@ -68,6 +68,24 @@ _SCALAR_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", 
                  torch.uint8: "Byte", torch.bool: "Bool"}
 
 
+_orig_make_premul = getattr(dist, "_make_nccl_premul_sum", None)
+
+
+def _make_nccl_premul_sum(factor):
+    """dist._make_nccl_premul_sum: torch's ReduceOp, whose factor the rank's state remembers where the op does
+    not carry it readably (torch 2.11's ReduceOp has no `.factor`, 2.13's has; measured on an H200)."""
+    op = _orig_make_premul(factor)
+    me = current_rank()
+    if getattr(op, "factor", None) is None and me is not None and me.face is not None:
+        state(me).premul_factors[id(op)] = (op, factor)
+    return op
+
+
+def _premul_factors():
+    me = current_rank()
+    return state(me).premul_factors if me is not None and me.face is not None else {}
+
+
 def _redop_name(op, tensor=None):
     """The reduce op's name for signatures and reductions: 'SUM', 'MAX'..., 'PREMUL_SUM(0.5)'.
 
@@ -99,6 +117,8 @@ def _redop_name(op, tensor=None):
         if cuda and tensor.dtype not in _PREMUL_DTYPES:  # getNcclReduceOp's switch over the NCCL datatype
             raise TypeError("PreMulSum Data type must be half, float, bfloat16 or double")
         f = getattr(op, "factor", None)
+        if f is None:
+            f = _premul_factors().get(id(op), (None, None))[1]
         if f is None:
             raise UnsupportedOperation("ReduceOp.PREMUL_SUM needs a factor: use dist._make_nccl_premul_sum(f)")
         return f"PREMUL_SUM({_premul_factor(f, tensor if cuda else None)!r})"
@@ -651,6 +671,7 @@ class RankC10d:
         self.auto_init = False
         self.works = {}  # id(allocation) -> [Work]: functional collectives' outputs not waited yet
         self.subworld_stores = []  # the stores sub-world rendezvous gave (_rendezvous), kept alive
+        self.premul_factors = {}  # id(ReduceOp) -> (the op, kept alive; its factor), where the op has no .factor
 
 
 def state(me):
@@ -1684,6 +1705,9 @@ def c10d_patches():
         (torch.futures, "collect_all", _collect_all),
     ]
     out.append((dist, "ProcessGroupNCCL", SimNCCL))  # a CUDA build has it (a CPU build, as here, does not)
+    if _orig_make_premul is not None:
+        out += [(m, "_make_nccl_premul_sum", _make_nccl_premul_sum) for m in (dist, c10d)
+                if getattr(m, "_make_nccl_premul_sum", None) is _orig_make_premul]
     out.append((dist, "TCPStore", _RankTCPStore))
     out.append((dist, "ProcessGroupGloo", SimGloo))
     for name in ("_create_c10d_store",):
