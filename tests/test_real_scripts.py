@@ -161,4 +161,3 @@ def test_distributed_examples_run_clean(tmp_path, script, n, args):
             shutil.copy(os.path.join(folder, f), tmp_path / f)
     proc = _simdist(os.path.basename(script), n, args, str(tmp_path))
     assert proc.returncode == 0 and "no hazards" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
-

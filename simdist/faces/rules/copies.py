@@ -86,7 +86,7 @@ def _to_copy(me, func, args, kwargs):
         meta = torch.empty_like(src, dtype=dtype, device="meta")  # the layout _to_copy gives (preserve_format)
         out = allocate(dev, stream, tuple(meta.shape), tuple(meta.stride()), dtype)
         if kwargs.get("non_blocking") and not _h2d_reads_pinned_source(src, out):
-            return _h2d_staged(me, stream, out, src, True)
+            return _h2d_staged(me, stream, out, src.clone(), True)
         if not kwargs.get("non_blocking"):
             sync_debug.synchronizing(me)  # memcpy_and_sync
         op = _h2d_async(me, stream, out, src)
@@ -99,11 +99,10 @@ def _to_copy(me, func, args, kwargs):
     return _h2d_staged(me, stream, out, snap, kwargs.get("non_blocking"))
 
 
-def _h2d_staged(me, stream, out, src, non_blocking):
-    """A host-to-device copy whose host bytes are read at the call (pageable memory, or a pageable temporary
-    Copy.cu made of a pinned source): the device write is queued on `stream`; without non_blocking the host then
-    waits for it (memcpy_and_sync)."""
-    snap = src.clone()
+def _h2d_staged(me, stream, out, snap, non_blocking):
+    """A host-to-device copy whose host bytes were read at the call (`snap`, the caller's copy of them: pageable
+    memory, or the pageable temporary Copy.cu makes of a pinned source): the device write is queued on `stream`;
+    without non_blocking the host then waits for it (memcpy_and_sync)."""
     oi = out._inner
     if not non_blocking:
         sync_debug.synchronizing(me)  # memcpy_and_sync
@@ -113,19 +112,14 @@ def _h2d_staged(me, stream, out, src, non_blocking):
     return out
 
 
-def _one_memcpy(a, b):
-    """Copy.cu copy_requires_temporaries is False: the same dtype and iter.is_contiguous() (one contiguous run in
-    both), so the copy is one cudaMemcpyAsync between the two tensors' own bytes."""
-    return _memcpy_eligible(a, b)
-
-
 def _h2d_reads_pinned_source(src, dst):
     """Does a non_blocking copy from pinned `src` read `src`'s own bytes later, on the stream? Copy.cu
-    copy_kernel_cuda: yes for one cudaMemcpyAsync; otherwise (copy_requires_temporaries: a cast or a layout that
+    copy_kernel_cuda: yes for one cudaMemcpyAsync (copy_requires_temporaries False: the same dtype and one
+    contiguous run in both, `_memcpy_eligible`); otherwise (copy_requires_temporaries: a cast or a layout that
     is not one contiguous run) it copies `src.expand_as(dst).contiguous()`, which is `src` itself only when `src`
     is contiguous with dst's shape, else a pageable temporary made at the call (then staged: the pinned buffer
     is free on return)."""
-    if _one_memcpy(src, dst):
+    if _memcpy_eligible(src, dst):
         return True
     return tuple(src.shape) == tuple(dst.shape) and src.is_contiguous()
 
@@ -135,7 +129,7 @@ def _d2h_writes_pinned_destination(src, dst):
     Copy.cu: yes for one cudaMemcpyAsync; with temporaries the DMA goes into `dst` when it is contiguous, else
     into a pageable `empty_like(dst)`, a copy the host waits for (cudaMemcpyAsync to pageable memory returns once
     done), then copied into `dst` on the host."""
-    return _one_memcpy(src, dst) or dst.is_contiguous()
+    return _memcpy_eligible(src, dst) or dst.is_contiguous()
 
 
 def _d2h_blocking(me, src, dtype, name):
@@ -244,7 +238,7 @@ def _copy_(me, func, args, kwargs):
         hr = me.host_memory
         nb = len(args) > 2 and args[2] or kwargs.get("non_blocking")
         if isinstance(src, torch.Tensor) and hr.is_pinned(src) and nb and not _h2d_reads_pinned_source(src, d):
-            _h2d_staged(me, me.current_stream(d._dev.index), d, src, True)  # (a pageable temporary, staged)
+            _h2d_staged(me, me.current_stream(d._dev.index), d, src.clone(), True)  # (a pageable temporary)
             return dst
         if isinstance(src, torch.Tensor) and hr.is_pinned(src):
             # from pinned memory: the DMA reads the buffer when it runs (memcpy_and_sync: the host then waits,
